@@ -1,0 +1,180 @@
+"""HttpMCPEnv: the tool surface of one gateway file, over one open MCP session.
+
+An environment owns which tools exist, their schemas, the system prompt and how a tool
+is called; the agent (policy) decides what to call. One env lives in each rollout worker
+and keeps a single MCP session open for all of that worker's tasks (opening one costs
+~40 ms, a call on an open session a few ms).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, Tool
+
+from envs.records import Outcome, ToolCallRecord, ToolResult
+from envs.schema import mcp_tool_to_function
+from rollout.errors import GatewayError
+from rollout.gateway.config import GatewayFile, load_gateway_file
+from rollout.gateway.server import META_GROUP
+from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, META_WORKER_ID
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You answer questions using the tools provided. Call a tool when you need information, "
+    "then reply with a short final answer only."
+)
+
+
+class HttpMCPEnv:
+    """Connects to a gateway URL and offers the tools of the gateway file's groups."""
+
+    def __init__(
+        self,
+        url: str,
+        gateway_config_path: str | Path,
+        *,
+        worker_id: str = "worker-0",
+        system_prompt: str | None = None,
+        call_timeout_s: float = 60.0,
+    ):
+        self.url = url
+        self.worker_id = worker_id
+        self.call_timeout_s = call_timeout_s
+        self.gateway_config = self._load_gateway_config(gateway_config_path)
+        self.system_prompt = system_prompt or DEFAULT_SYSTEM_PROMPT
+        self.tools: list[Tool] = []
+        self.tool_specs: list[dict[str, Any]] = []
+        self._client: Client | None = None
+
+    def _load_gateway_config(self, config_path: str | Path) -> GatewayFile:
+        """Read the gateway file; subclasses narrow it (see `HttpMCPRagEnv`)."""
+        return load_gateway_file(config_path)
+
+    @property
+    def allowed_groups(self) -> list[str]:
+        return self.gateway_config.tool_groups()
+
+    async def __aenter__(self) -> HttpMCPEnv:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the MCP session and list the tools this environment offers."""
+        client = Client(self.url, read_timeout_seconds=self.call_timeout_s)
+        try:
+            await client.__aenter__()
+            listed = (await client.list_tools()).tools
+        except Exception as e:  # the SDK raises transport errors inside exception groups
+            raise GatewayError(
+                f"could not open an MCP session at {self.url} ({type(e).__name__}). Is the gateway running? "
+                "Start one with: python -m rollout.gateway --config GATEWAY_FILE --port PORT"
+            ) from e
+        self._client = client
+        allowed = set(self.allowed_groups)
+        self.tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
+        self.tool_specs = [mcp_tool_to_function(t) for t in self.tools]
+        logger.debug("%s offers %s", self.worker_id, [t.name for t in self.tools])
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.__aexit__(None, None, None)
+
+    def for_task(self, task_id: str) -> TaskSession:
+        """The tool surface one task sees; it records that task's calls."""
+        return TaskSession(self, task_id)
+
+    async def call(self, name: str, arguments: dict[str, Any], task_id: str) -> tuple[ToolResult, ToolCallRecord]:
+        """Call a tool for a task; failures become error results, never exceptions."""
+        call_id = uuid.uuid4().hex
+        started = time.time()
+        t0 = time.perf_counter()
+        if name not in {t.name for t in self.tools}:
+            offered = ", ".join(t.name for t in self.tools) or "none"
+            text = f"Unknown tool {name!r}: this environment offers {offered}."
+            return self._finish(call_id, name, arguments, started, t0, False, "unknown_tool", text, None, False)
+        if self._client is None:
+            raise RuntimeError("environment is not started: use `async with env:` or `await env.start()`")
+        meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id}
+        try:
+            result = await self._client.call_tool(name, arguments, meta=meta)
+        except TimeoutError:
+            text = f"tool {name} timed out after {self.call_timeout_s:.0f} s"
+            return self._finish(call_id, name, arguments, started, t0, False, "timeout", text, None, True)
+        except MCPError as e:
+            return self._finish(call_id, name, arguments, started, t0, False, "tool_error", str(e), None, True)
+        except (httpx.HTTPError, OSError) as e:
+            text = f"could not reach the gateway at {self.url}: {e}"
+            return self._finish(call_id, name, arguments, started, t0, False, "transport_error", text, None, True)
+        return self._from_result(call_id, name, arguments, started, t0, result)
+
+    def _from_result(
+        self, call_id: str, name: str, arguments: dict[str, Any], started: float, t0: float, result: CallToolResult
+    ) -> tuple[ToolResult, ToolCallRecord]:
+        text = "\n".join(getattr(c, "text", "") for c in result.content).strip()
+        if result.is_error:
+            outcome: Outcome = "invalid_arguments" if "validation error" in text else "tool_error"
+            return self._finish(call_id, name, arguments, started, t0, False, outcome, text, None, True)
+        return self._finish(call_id, name, arguments, started, t0, True, "ok", text, result.structured_content, True)
+
+    @staticmethod
+    def _finish(
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        started: float,
+        t0: float,
+        ok: bool,
+        outcome: Outcome,
+        text: str,
+        structured: dict[str, Any] | None,
+        reached: bool,
+    ) -> tuple[ToolResult, ToolCallRecord]:
+        ids = [str(r.get("id")) for r in (structured or {}).get("results", []) if isinstance(r, dict)]
+        record = ToolCallRecord(
+            call_id=call_id,
+            name=name,
+            arguments=dict(arguments),
+            ok=ok,
+            outcome=outcome,
+            error=None if ok else text,
+            started=started,
+            latency_ms=(time.perf_counter() - t0) * 1000.0,
+            result_ids=ids,
+            reached_gateway=reached,
+        )
+        return ToolResult(ok=ok, text=text, structured=structured), record
+
+
+class TaskSession:
+    """One task's view of an environment (implements `rollout.agents.base.TaskTools`)."""
+
+    def __init__(self, env: HttpMCPEnv, task_id: str):
+        self.env = env
+        self.task_id = task_id
+        self.calls: list[ToolCallRecord] = []
+
+    @property
+    def system_prompt(self) -> str:
+        return self.env.system_prompt
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        return self.env.tool_specs
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        result, record = await self.env.call(name, arguments, self.task_id)
+        self.calls.append(record)
+        return result

@@ -1,0 +1,118 @@
+"""Typed run configuration, built once from the composed Hydra config."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rollout.errors import ConfigError
+from rollout.paths import PROJECT_ROOT, default_cache_dir
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetConfig:
+    """Where the corpus and questions come from."""
+
+    name: str
+    kind: str
+    """`demo` (generated) or `jsonl` (FlashRAG files)."""
+    n_passages: int = 2000
+    n_questions: int = 200
+    seed: int = 0
+    corpus_path: str | None = None
+    questions_path: str | None = None
+    limit: int | None = None
+    """Run only the first N questions."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieverConfig:
+    """Index parameters passed to the gateway."""
+
+    encoder: str | None = None
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """How the run reaches its MCP gateway."""
+
+    url: str | None = None
+    ready_timeout_s: float = 900.0
+    call_timeout_s: float = 60.0
+    default_top_k: int = 5
+    max_top_k: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Everything one experiment needs; `run(cfg)` takes only this."""
+
+    mode_name: str
+    gateway_config_path: Path
+    output_dir: Path
+    dataset: DatasetConfig
+    retriever: RetrieverConfig
+    gateway: GatewayConfig
+    agent: dict[str, Any]
+    """Hydra `_target_` spec of the policy, instantiated inside each worker."""
+    system_prompt: str | None = None
+    workers: int = 2
+    concurrency_per_worker: int = 4
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    ray_address: str | None = None
+    ray_num_cpus: int | None = None
+    experiment: str = "demo"
+
+    @classmethod
+    def from_hydra(cls, cfg: DictConfig) -> RunConfig:
+        c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        assert isinstance(c, dict)
+        try:
+            ds, rt = c["dataset"], c["retriever"]
+            run = cls(
+                mode_name=str(c["mode_name"]),
+                gateway_config_path=resolve_project_path(c["gateway_config_path"]),
+                output_dir=Path(c["output_dir"]),
+                dataset=DatasetConfig(**ds),
+                retriever=RetrieverConfig(
+                    encoder=rt.get("encoder"),
+                    query_prefix=rt.get("query_prefix", ""),
+                    passage_prefix=rt.get("passage_prefix", ""),
+                    bm25_k1=float(rt["bm25"]["k1"]),
+                    bm25_b=float(rt["bm25"]["b"]),
+                ),
+                gateway=GatewayConfig(**c["gateway"]),
+                agent=dict(c["agent"]),
+                system_prompt=c.get("system_prompt"),
+                workers=int(c["workers"]),
+                concurrency_per_worker=int(c["concurrency_per_worker"]),
+                cache_dir=Path(c["cache_dir"]) if c.get("cache_dir") else default_cache_dir(),
+                ray_address=c["ray"].get("address"),
+                ray_num_cpus=c["ray"].get("num_cpus"),
+                experiment=str(c["experiment"]),
+            )
+        except TypeError as e:
+            raise ConfigError(f"unexpected config key: {e}. Check your overrides against conf/") from e
+        if run.workers < 1 or run.concurrency_per_worker < 1:
+            raise ConfigError("workers and concurrency_per_worker must be at least 1")
+        return run
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
+
+
+def resolve_project_path(path: str | Path) -> Path:
+    """A path as given when it exists from the working directory, else relative to the project."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    candidate = PROJECT_ROOT / p
+    return candidate if candidate.exists() else p

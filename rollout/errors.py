@@ -1,0 +1,15 @@
+"""Errors a user can act on. Each message names the problem and the fix."""
+
+from __future__ import annotations
+
+
+class RolloutError(Exception):
+    """Base for failures reported to the user as one line (exit code 2), not a traceback."""
+
+
+class ConfigError(RolloutError):
+    """The run's configuration or a file it names is wrong."""
+
+
+class GatewayError(RolloutError):
+    """The MCP gateway could not be started, reached, or answered wrongly."""

@@ -1,0 +1,85 @@
+"""Start the gateway as a child process on a free loopback port, and always stop it."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from rollout.errors import GatewayError
+
+logger = logging.getLogger(__name__)
+
+
+class GatewayProcess:
+    """`python -m rollout.gateway ARGS --port 0` as a context manager yielding its MCP URL."""
+
+    def __init__(self, args: list[str], *, host: str = "127.0.0.1", ready_timeout_s: float = 900.0):
+        self.args = list(args)
+        self.host = host
+        self.ready_timeout_s = ready_timeout_s
+        self.url: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="rollout-gateway-")
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        ready_file = Path(self._tmp.name) / "url"
+        cmd = [sys.executable, "-m", "rollout.gateway", *self.args, "--host", self.host, "--port", "0",
+               "--ready-file", str(ready_file)]
+        logger.debug("starting gateway: %s", " ".join(cmd))
+        # The child inherits stdout/stderr so its index-building progress shows in the run's console.
+        self._proc = subprocess.Popen(cmd)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not ready_file.exists():
+            self._check_alive()
+            if time.monotonic() > deadline:
+                self.stop()
+                raise GatewayError(f"gateway did not bind a port within {self.ready_timeout_s:.0f} s")
+            time.sleep(0.05)
+        self.url = ready_file.read_text(encoding="utf-8").strip()
+        self._wait_healthy(deadline)
+        return self.url
+
+    def _check_alive(self) -> None:
+        assert self._proc is not None
+        code = self._proc.poll()
+        if code is not None:
+            raise GatewayError(f"gateway exited with code {code} before it was ready; its error is printed above")
+
+    def _wait_healthy(self, deadline: float) -> None:
+        health = self.url.removesuffix("/mcp") + "/healthz"
+        while True:
+            self._check_alive()
+            try:
+                if httpx.get(health, timeout=5.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise GatewayError(f"gateway at {self.url} did not answer {health}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Ask the gateway to shut down (it writes its report), then make sure it is gone."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                logger.warning("gateway did not stop within 15 s; killing it")
+                proc.kill()
+                proc.wait()
+        self._tmp.cleanup()

@@ -1,0 +1,113 @@
+"""Tool registry: decorator-registered tool groups, read by the gateway.
+
+Registration at import is the registry's only mutation. The gateway asks it which
+functions belong to the groups a gateway file names and builds its own tool list, so
+nothing downstream needs resetting between runs or tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rollout.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ToolFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolGroup:
+    """A named set of tools that a gateway file switches on or off together."""
+
+    name: str
+    """Group name used in gateway files, e.g. `rag_query`."""
+    resource_type: str
+    """Module type the group belongs to (`rag`, `system`, ...)."""
+    requires: tuple[str, ...]
+    """Indexes the group's tools need loaded (`dense`, `sparse`)."""
+    tools: tuple[ToolFn, ...]
+    """Registered functions, in registration order."""
+
+
+class UnknownToolGroupError(ConfigError):
+    def __init__(self, group: str, known: Iterable[str]):
+        known_list = ", ".join(sorted(known)) or "(none)"
+        super().__init__(
+            f"unknown tool group {group!r}: no tool registers it. Registered groups: {known_list}. "
+            "Fix the gateway file's tool_groups."
+        )
+        self.group = group
+
+
+class ToolRegistry:
+    """Class-level registry of tool groups; use `register_tool(group)` as a decorator."""
+
+    _groups: ClassVar[dict[str, ToolGroup]] = {}
+    _discovered: ClassVar[set[str]] = set()
+
+    @classmethod
+    def register_tool(
+        cls, group: str, *, resource_type: str = "rag", requires: Iterable[str] = ()
+    ) -> Callable[[ToolFn], ToolFn]:
+        """Register the decorated function as a tool of `group`."""
+        if callable(group):
+            raise TypeError(
+                "register_tool takes a group name: write @ToolRegistry.register_tool('group'), "
+                "not @ToolRegistry.register_tool. Did you forget to call it?"
+            )
+
+        def decorator(fn: ToolFn) -> ToolFn:
+            existing = cls._groups.get(group)
+            if existing is not None and existing.resource_type != resource_type:
+                raise ValueError(
+                    f"tool group {group!r} is registered as {existing.resource_type!r}, "
+                    f"cannot add {fn.__name__} as {resource_type!r}"
+                )
+            tools = existing.tools if existing else ()
+            if fn not in tools:
+                tools = (*tools, fn)
+            needs = tuple(dict.fromkeys((*(existing.requires if existing else ()), *requires)))
+            cls._groups[group] = ToolGroup(group, resource_type, needs, tools)
+            logger.debug("registered tool %s in group %s", fn.__name__, group)
+            return fn
+
+        return decorator
+
+    @classmethod
+    def autodiscover(cls, package: str = "rollout.gateway.tools") -> None:
+        """Import every module of `package` so its decorators run."""
+        if package in cls._discovered:
+            return
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__, prefix=f"{package}."):
+            importlib.import_module(info.name)
+        cls._discovered.add(package)
+
+    @classmethod
+    def group_names(cls) -> list[str]:
+        return list(cls._groups)
+
+    @classmethod
+    def get_group(cls, name: str) -> ToolGroup:
+        try:
+            return cls._groups[name]
+        except KeyError:
+            raise UnknownToolGroupError(name, cls._groups) from None
+
+    @classmethod
+    def get_tools_by_group(cls, name: str) -> list[ToolFn]:
+        return list(cls.get_group(name).tools)
+
+    @classmethod
+    def get_tools_by_config(cls, module: Mapping[str, Any]) -> list[ToolFn]:
+        """Tools of the groups a gateway module names, de-duplicated, in order."""
+        ordered: dict[ToolFn, None] = {}
+        for name in module.get("tool_groups", []):
+            ordered.update(dict.fromkeys(cls.get_tools_by_group(name)))
+        return list(ordered)

@@ -1,0 +1,20 @@
+"""System tools: facts about the gateway itself."""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import Context
+
+from rollout.gateway.knowledge import CorpusInfo, KnowledgeBase
+from rollout.gateway.registry import ToolRegistry
+
+
+@ToolRegistry.register_tool("system_info", resource_type="system")
+def get_corpus_info(ctx: Context) -> CorpusInfo:
+    """Describe the knowledge base this gateway serves: size, loaded indexes and top_k limits."""
+    kb: KnowledgeBase = ctx.request_context.lifespan_context.kb
+    return CorpusInfo(
+        num_passages=len(kb.passages),
+        retrievers=sorted(kb.retrievers),
+        default_top_k=kb.default_top_k,
+        max_top_k=kb.max_top_k,
+    )

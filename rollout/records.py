@@ -1,0 +1,41 @@
+"""Typed record of one finished task: one line of trajectory.jsonl."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class TaskResult:
+    """What happened on one task, scored later by `rollout.scoring`."""
+
+    id: str
+    """Task id from the question file."""
+    question: str
+    """The question as asked."""
+    golden_answers: list[str]
+    """Accepted answers (the agent never saw these)."""
+    prediction: str
+    """The agent's final answer ("" on error)."""
+    tool_calls: list[dict[str, Any]]
+    """`envs.ToolCallRecord` dicts: name, arguments, latency, ok, outcome, error, result ids."""
+    turns: int
+    """Policy steps taken."""
+    error: str | None
+    """Why the task failed, or None."""
+    worker_id: str
+    """Rollout worker that ran it."""
+    latency_s: float
+    """Wall-clock time of the task."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The question's metadata (gold_doc_ids, hops, style, ...)."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The conversation in chat-completions form."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskResult:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})

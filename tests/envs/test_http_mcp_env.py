@@ -1,0 +1,72 @@
+"""Environments against a real gateway over loopback HTTP."""
+
+import pytest
+
+from envs import HttpMCPEnv, HttpMCPRagEnv
+from rollout.data.records import Passage
+from rollout.errors import ConfigError, GatewayError
+from rollout.gateway.config import GATEWAYS_DIR
+from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.stats import read_calls
+from rollout.retrieval import BM25Retriever
+from tests.conftest import gateway_on_loopback
+
+PASSAGES = [
+    Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),
+    Passage("d1", "Kelmor", "Kelmor is a city in Dravia."),
+]
+MIXED = GATEWAYS_DIR / "rag_mixed.json"
+
+
+@pytest.fixture(scope="module")
+def kb() -> KnowledgeBase:
+    # Sparse only: the dense tool stays listed but answers with an error, which is what these tests need.
+    return KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
+
+
+def test_rag_env_drops_non_rag_modules():
+    env = HttpMCPRagEnv("http://unused", MIXED)
+    assert [m.resource_type for m in env.gateway_config.modules] == ["rag"]
+    base = HttpMCPEnv("http://unused", MIXED)
+    assert [m.resource_type for m in base.gateway_config.modules] == ["system", "rag", "vm_pyautogui"]
+
+
+def test_missing_gateway_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="gateway file not found"):
+        HttpMCPRagEnv("http://unused", tmp_path / "missing.json")
+
+
+async def test_rag_env_offers_only_rag_tools_of_the_mixed_gateway(kb, tmp_path):
+    with gateway_on_loopback(MIXED, kb, tmp_path) as url:
+        async with HttpMCPRagEnv(url, MIXED, worker_id="w7") as env:
+            names = [s["function"]["name"] for s in env.tool_specs]
+        async with HttpMCPEnv(url, MIXED) as base:
+            base_names = [t.name for t in base.tools]
+    assert names == ["query_knowledge_base_dense", "query_knowledge_base_sparse"]
+    assert base_names == ["get_corpus_info", *names]
+
+
+async def test_calls_carry_ids_to_the_gateway_stats(kb, tmp_path):
+    gateway_file = GATEWAYS_DIR / "rag_sparse_only.json"
+    with gateway_on_loopback(gateway_file, kb, tmp_path) as url:
+        async with HttpMCPRagEnv(url, gateway_file, worker_id="w3") as env:
+            task = env.for_task("task-1")
+            ok = await task.call_tool("query_knowledge_base_sparse", {"query": "Voss born"})
+            bad = await task.call_tool("query_knowledge_base_sparse", {"query": "Voss", "top_k": "lots"})
+            refused = await task.call_tool("get_corpus_info", {})
+    assert ok.ok and ok.structured["results"][0]["id"] == "d0"
+    assert not bad.ok and "top_k" in bad.text
+    assert not refused.ok and "offers query_knowledge_base_sparse" in refused.text
+    assert [c.outcome for c in task.calls] == ["ok", "invalid_arguments", "unknown_tool"]
+    assert task.calls[0].result_ids == ["d0", "d1"]
+    assert task.calls[2].reached_gateway is False
+    stats = read_calls(tmp_path)
+    sent = [c for c in task.calls if c.reached_gateway]
+    assert stats["call_id"].tolist() == [c.call_id for c in sent]
+    assert set(stats["task_id"]) == {"task-1"} and set(stats["worker_id"]) == {"w3"}
+
+
+async def test_unreachable_gateway_fails_to_start():
+    env = HttpMCPRagEnv("http://127.0.0.1:9/mcp", GATEWAYS_DIR / "rag_sparse_only.json")
+    with pytest.raises(GatewayError, match="Is the gateway running"):
+        await env.start()

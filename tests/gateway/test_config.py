@@ -1,0 +1,53 @@
+import json
+
+import pytest
+
+from rollout.errors import ConfigError
+from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
+from rollout.gateway.server import plan_gateway
+
+
+@pytest.mark.parametrize(
+    ("name", "tools"),
+    [
+        ("rag_hybrid.json", ["query_knowledge_base_dense", "query_knowledge_base_sparse"]),
+        ("rag_dense_only.json", ["query_knowledge_base_dense"]),
+        ("rag_sparse_only.json", ["query_knowledge_base_sparse"]),
+        ("rag_no_tool.json", []),
+    ],
+)
+def test_shipped_gateway_files_resolve_to_their_tools(name, tools):
+    plan = plan_gateway(load_gateway_file(GATEWAYS_DIR / name))
+    assert [t.fn.__name__ for t in plan.tools] == tools
+
+
+def test_mixed_file_serves_system_and_rag_and_skips_other_types():
+    plan = plan_gateway(load_gateway_file(GATEWAYS_DIR / "rag_mixed.json"))
+    assert [t.fn.__name__ for t in plan.tools] == [
+        "get_corpus_info",
+        "query_knowledge_base_dense",
+        "query_knowledge_base_sparse",
+    ]
+    assert plan.skipped_resource_types == ["vm_pyautogui"]
+    assert set(plan.requires) == {"dense", "sparse"}
+
+
+def test_missing_file_lists_available_files(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_gateway_file(tmp_path / "nope.json")
+    msg = str(e.value)
+    assert "nope.json" in msg and "rag_hybrid.json" in msg and "gateway_config_path=" in msg
+
+
+def test_bad_json_names_line(tmp_path):
+    p = tmp_path / "g.json"
+    p.write_text('{"modules": [\n  {"resource_type": "rag",]\n}')
+    with pytest.raises(ConfigError, match="line 2"):
+        load_gateway_file(p)
+
+
+def test_malformed_module_names_the_field(tmp_path):
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({"modules": [{"tool_groups": ["rag_query"]}]}))
+    with pytest.raises(ConfigError, match="resource_type"):
+        load_gateway_file(p)
