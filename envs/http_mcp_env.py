@@ -8,6 +8,7 @@ and keeps a single MCP session open for all of that worker's tasks (opening one 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -54,6 +55,8 @@ class HttpMCPEnv:
         self.tools: list[Tool] = []
         self.tool_specs: list[dict[str, Any]] = []
         self._client: Client | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
 
     def _load_gateway_config(self, config_path: str | Path) -> GatewayFile:
         """Read the gateway file; subclasses narrow it (see `HttpMCPRagEnv`)."""
@@ -72,25 +75,43 @@ class HttpMCPEnv:
 
     async def start(self) -> None:
         """Open the MCP session and list the tools this environment offers."""
-        client = Client(self.url, read_timeout_seconds=self.call_timeout_s)
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._stop = asyncio.Event()
+        self._owner = asyncio.create_task(self._hold_session(ready), name=f"mcp-session-{self.worker_id}")
+        await ready
+
+    async def _hold_session(self, ready: asyncio.Future[None]) -> None:
+        # The SDK's session lives in anyio cancel scopes that must be entered and exited by the
+        # same task; tasks of a worker come and go, so one owner task holds the session open.
         try:
-            await client.__aenter__()
-            listed = (await client.list_tools()).tools
+            async with Client(self.url, read_timeout_seconds=self.call_timeout_s) as client:
+                listed = (await client.list_tools()).tools
+                allowed = set(self.allowed_groups)
+                self.tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
+                self.tool_specs = [mcp_tool_to_function(t) for t in self.tools]
+                self._client = client
+                logger.debug("%s offers %s", self.worker_id, [t.name for t in self.tools])
+                ready.set_result(None)
+                await self._stop.wait()
         except Exception as e:  # the SDK raises transport errors inside exception groups
-            raise GatewayError(
-                f"could not open an MCP session at {self.url} ({type(e).__name__}). Is the gateway running? "
-                "Start one with: python -m rollout.gateway --config GATEWAY_FILE --port PORT"
-            ) from e
-        self._client = client
-        allowed = set(self.allowed_groups)
-        self.tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
-        self.tool_specs = [mcp_tool_to_function(t) for t in self.tools]
-        logger.debug("%s offers %s", self.worker_id, [t.name for t in self.tools])
+            if ready.done():
+                logger.warning("MCP session of %s ended: %s", self.worker_id, e)
+            else:
+                ready.set_exception(
+                    GatewayError(
+                        f"could not open an MCP session at {self.url} ({type(e).__name__}). Is the gateway "
+                        "running? Start one with: python -m rollout.gateway --config GATEWAY_FILE --port PORT"
+                    )
+                )
+        finally:
+            self._client = None
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.__aexit__(None, None, None)
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            self._stop.set()
+            await owner
 
     def for_task(self, task_id: str) -> TaskSession:
         """The tool surface one task sees; it records that task's calls."""

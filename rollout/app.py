@@ -12,12 +12,16 @@ from omegaconf.errors import MissingMandatoryValue
 from rollout.config import RunConfig
 from rollout.driver import run
 from rollout.errors import RolloutError
+from rollout.paths import CONF_DIR
 
 logger = logging.getLogger("rollout")
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="config")
+# An absolute path: under `python -m`, Hydra would resolve a relative one as a Python module.
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
+    # Per-request lines from the HTTP client would bury the run's own log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         run(RunConfig.from_hydra(cfg))
     except MissingMandatoryValue as e:

@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Per-call detail goes to tool stats; the SDK would log every rejected argument too.
     logging.getLogger("mcp").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         gateway = load_gateway_file(args.config)
         plan = plan_gateway(gateway)

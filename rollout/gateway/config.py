@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.errors import ConfigError
-from rollout.paths import CONF_DIR
+from rollout.paths import CONF_DIR, PROJECT_ROOT
 
 GATEWAYS_DIR = CONF_DIR / "gateways"
 """The gateway files shipped with the project."""
@@ -43,18 +43,21 @@ class GatewayFile(BaseModel):
 def available_gateway_files(near: Path | None = None) -> list[str]:
     """Gateway files beside `near` and in the project's conf/gateways, for error messages."""
     dirs = [GATEWAYS_DIR] + ([near.parent] if near is not None and near.parent.is_dir() else [])
-    found = {str(p) for d in dict.fromkeys(dirs) for p in sorted(d.glob("*.json"))}
+    found = {_short(p) for d in dict.fromkeys(dirs) for p in sorted(d.glob("*.json"))}
     return sorted(found)
+
+
+def _short(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
 
 
 def load_gateway_file(path: str | Path) -> GatewayFile:
     """Read and validate a gateway file; every failure is a `ConfigError` that names the fix."""
     path = Path(path)
     if not path.is_file():
-        listing = "\n  ".join(available_gateway_files(path)) or "(none found)"
-        raise ConfigError(
-            f"gateway file not found: {path}. Set gateway_config_path= to one of:\n  {listing}"
-        )
+        listing = ", ".join(available_gateway_files(path)) or "(none found)"
+        raise ConfigError(f"gateway file not found: {path}. Set gateway_config_path= to one of: {listing}")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -1,0 +1,111 @@
+"""The whole experiment: Hydra config → real gateway process → real Ray actors → results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import ray
+from hydra import compose, initialize_config_dir
+from mcp.client.client import Client
+
+from rollout.config import RunConfig
+from rollout.driver import run
+from rollout.gateway.config import GATEWAYS_DIR
+from rollout.gateway.process import GatewayProcess
+from rollout.paths import CONF_DIR
+
+SMALL_KB = ["dataset.n_passages=400", "dataset.n_questions=40", "workers=2", "concurrency_per_worker=4"]
+DENSE, SPARSE = "query_knowledge_base_dense", "query_knowledge_base_sparse"
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def compose_run(*overrides: str) -> RunConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return RunConfig.from_hydra(compose("config", overrides=list(overrides)))
+
+
+@pytest.fixture(scope="module")
+def runs(ray_local, cache_dir, tmp_path_factory) -> dict[str, Path]:
+    """One real run per mode on a small generated knowledge base."""
+    out = tmp_path_factory.mktemp("results")
+    folders = {}
+    for mode in ("dense", "sparse", "hybrid", "no_tool"):
+        cfg = compose_run(f"mode={mode}", f"output_dir={out / mode}", f"cache_dir={cache_dir}", *SMALL_KB)
+        folders[mode] = run(cfg).output_dir
+    return folders
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def tools_in_stats(folder: Path) -> set[str]:
+    return {row["tool_name"] for row in read_jsonl(folder / "tool_stats" / "realtime_calls.jsonl")}
+
+
+def test_each_mode_uses_only_its_tools(runs):
+    assert tools_in_stats(runs["dense"]) == {DENSE}
+    assert tools_in_stats(runs["sparse"]) == {SPARSE}
+    assert tools_in_stats(runs["hybrid"]) == {DENSE, SPARSE}
+    assert tools_in_stats(runs["no_tool"]) == set()
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", "no_tool"])
+def test_output_folder_contract(runs, mode):
+    folder = runs[mode]
+    trajectory = read_jsonl(folder / "trajectory.jsonl")
+    assert len(trajectory) == 40 and len({t["id"] for t in trajectory}) == 40
+    for key in ("id", "question", "golden_answers", "prediction", "tool_calls", "turns", "error"):
+        assert key in trajectory[0]
+    summary = json.loads((folder / "evaluation_summary.json").read_text())
+    assert summary["n"] == 40
+    assert set(summary["metrics"]) == {"exact_match", "f1", "contains_answer", "retrieval_recall"}
+    report = json.loads((folder / "tool_stats" / "report.json").read_text())
+    for row in report["tools"]:
+        assert set(row) >= {"tool_name", "total_calls", "success_calls", "failed_calls", "success_rate", "p50_ms", "p95_ms"}
+    assert (folder / "config.yaml").read_text().count(f"mode_name: {mode}") == 1
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", "no_tool"])
+def test_tool_stats_count_every_call_in_the_trajectory(runs, mode):
+    folder = runs[mode]
+    sent = [c for t in read_jsonl(folder / "trajectory.jsonl") for c in t["tool_calls"] if c["reached_gateway"]]
+    stats = read_jsonl(folder / "tool_stats" / "realtime_calls.jsonl")
+    assert sorted(c["call_id"] for c in sent) == sorted(s["call_id"] for s in stats)
+    report = json.loads((folder / "tool_stats" / "report.json").read_text())
+    assert report["summary"]["total_calls"] == len(sent)
+
+
+def test_tools_beat_the_no_tool_baseline(runs):
+    em = {m: json.loads((f / "evaluation_summary.json").read_text())["metrics"]["exact_match"] for m, f in runs.items()}
+    for mode in ("dense", "sparse", "hybrid"):
+        assert em[mode] >= em["no_tool"] + 0.3, em
+
+
+def test_retrieval_recall_is_measured_in_tool_modes(runs):
+    for mode in ("dense", "sparse", "hybrid"):
+        summary = json.loads((runs[mode] / "evaluation_summary.json").read_text())
+        assert summary["metrics"]["retrieval_recall"] > 0.3
+
+
+async def test_client_lists_exactly_the_gateway_files_tools(runs, cache_dir, tmp_path):
+    corpus = next(cache_dir.glob("demo-400-40-0/corpus.jsonl"))
+    for name, expected in [("rag_dense_only.json", [DENSE]), ("rag_hybrid.json", [DENSE, SPARSE])]:
+        args = ["--config", str(GATEWAYS_DIR / name), "--corpus", str(corpus), "--cache-dir", str(cache_dir),
+                "--stats-dir", str(tmp_path / name)]
+        with GatewayProcess(args, ready_timeout_s=300) as url:
+            async with Client(url) as client:
+                assert [t.name for t in (await client.list_tools()).tools] == expected
