@@ -58,3 +58,18 @@ def test_gateway_alone_rejects_missing_file(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 2 and "gateway file not found" in r.stderr
+
+
+def test_multirun_leaves_one_folder_per_mode(tmp_path):
+    # Run from an empty directory: the default results/ folder lands there, and the
+    # mode presets' gateway files still resolve against the project.
+    r = rollout("-m", "mode=dense,sparse", "dataset.n_passages=400", "dataset.n_questions=40", "dataset.limit=6",
+                f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for mode, tool in [("dense", "query_knowledge_base_dense"), ("sparse", "query_knowledge_base_sparse")]:
+        folder = tmp_path / "results" / "demo" / mode
+        summary = json.loads((folder / "evaluation_summary.json").read_text())
+        assert summary["n"] == 6 and summary["mode"] == mode
+        report = json.loads((folder / "tool_stats" / "report.json").read_text())
+        assert [t["tool_name"] for t in report["tools"]] == [tool]
+    assert "Results:" in r.stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     server = build_gateway(gateway, kb, collector)
     host, port = sock.getsockname()[:2]
     logger.info("Gateway %s listening on http://%s:%d/mcp", gateway.server_name, host, port)
+    # uvicorn re-raises the signal that stopped it; exiting through Python keeps the report step.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         asyncio.run(serve(server, sock, ready_file=args.ready_file))
     except KeyboardInterrupt:
