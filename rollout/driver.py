@@ -80,16 +80,25 @@ def gateway_args(cfg: RunConfig, corpus_path: Path, stats_dir: Path) -> list[str
     return args
 
 
+@dataclass(frozen=True, slots=True)
+class RunningGateway:
+    """A gateway someone else started: nothing to wait for, nothing to stop."""
+
+    url: str
+
+    def wait_ready(self) -> str:
+        return self.url
+
+
 @contextlib.contextmanager
-def gateway_url(cfg: RunConfig, corpus_path: Path, stats_dir: Path) -> Iterator[str]:
-    """The configured gateway URL, or a gateway started for this run and stopped after it."""
+def gateway_for_run(cfg: RunConfig, corpus_path: Path, stats_dir: Path) -> Iterator[GatewayProcess | RunningGateway]:
+    """The configured gateway, or one launched for this run (stopped after it, even on failure)."""
     if cfg.gateway.url:
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
-        yield cfg.gateway.url
+        yield RunningGateway(cfg.gateway.url)
         return
-    with GatewayProcess(gateway_args(cfg, corpus_path, stats_dir), ready_timeout_s=cfg.gateway.ready_timeout_s) as url:
-        logger.info("Gateway ready at %s", url)
-        yield url
+    with GatewayProcess(gateway_args(cfg, corpus_path, stats_dir), ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
+        yield gw
 
 
 @contextlib.contextmanager
@@ -173,7 +182,10 @@ def run(cfg: RunConfig) -> RunOutcome:
     (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
     logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, len(data.questions), cfg.gateway_config_path)
 
-    with gateway_url(cfg, data.corpus_path, stats_dir) as url, ray_session(cfg):
+    # The gateway loads its encoder and indexes while Ray starts.
+    with gateway_for_run(cfg, data.corpus_path, stats_dir) as gateway, ray_session(cfg):
+        url = gateway.wait_ready()
+        logger.info("Gateway ready at %s", url)
         results = run_tasks(cfg, url, data.questions, out / TRAJECTORY_FILE)
     if not cfg.gateway.url:
         write_report(stats_dir)

@@ -106,6 +106,6 @@ async def test_client_lists_exactly_the_gateway_files_tools(runs, cache_dir, tmp
     for name, expected in [("rag_dense_only.json", [DENSE]), ("rag_hybrid.json", [DENSE, SPARSE])]:
         args = ["--config", str(GATEWAYS_DIR / name), "--corpus", str(corpus), "--cache-dir", str(cache_dir),
                 "--stats-dir", str(tmp_path / name)]
-        with GatewayProcess(args, ready_timeout_s=300) as url:
-            async with Client(url) as client:
+        with GatewayProcess(args, ready_timeout_s=300) as gateway:
+            async with Client(gateway.wait_ready()) as client:
                 assert [t.name for t in (await client.list_tools()).tools] == expected

@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 
 class GatewayProcess:
-    """`python -m rollout.gateway ARGS --port 0` as a context manager yielding its MCP URL."""
+    """`python -m rollout.gateway ARGS --port 0` as a context manager; `wait_ready()` gives its MCP URL."""
 
     def __init__(self, args: list[str], *, host: str = "127.0.0.1", ready_timeout_s: float = 900.0):
         self.args = list(args)
@@ -26,30 +26,40 @@ class GatewayProcess:
         self.url: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="rollout-gateway-")
+        self._ready_file = Path(self._tmp.name) / "url"
+        self._deadline = 0.0
 
-    def __enter__(self) -> str:
-        return self.start()
+    def __enter__(self) -> GatewayProcess:
+        self.launch()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> str:
-        ready_file = Path(self._tmp.name) / "url"
+    def launch(self) -> None:
+        """Start the child and return at once; `wait_ready` blocks until it serves."""
         cmd = [sys.executable, "-m", "rollout.gateway", *self.args, "--host", self.host, "--port", "0",
-               "--ready-file", str(ready_file)]
+               "--ready-file", str(self._ready_file)]
         logger.debug("starting gateway: %s", " ".join(cmd))
         # The child inherits stdout/stderr so its index-building progress shows in the run's console.
         self._proc = subprocess.Popen(cmd)
-        deadline = time.monotonic() + self.ready_timeout_s
+        self._deadline = time.monotonic() + self.ready_timeout_s
+
+    def wait_ready(self) -> str:
+        """The gateway's MCP URL, once it answers its health check."""
+        if self.url is not None:
+            return self.url
+        ready_file, deadline = self._ready_file, self._deadline
         while not ready_file.exists():
             self._check_alive()
             if time.monotonic() > deadline:
                 self.stop()
                 raise GatewayError(f"gateway did not bind a port within {self.ready_timeout_s:.0f} s")
             time.sleep(0.05)
-        self.url = ready_file.read_text(encoding="utf-8").strip()
-        self._wait_healthy(deadline)
-        return self.url
+        url = ready_file.read_text(encoding="utf-8").strip()
+        self._wait_healthy(url, deadline)
+        self.url = url
+        return url
 
     def _check_alive(self) -> None:
         assert self._proc is not None
@@ -57,8 +67,8 @@ class GatewayProcess:
         if code is not None:
             raise GatewayError(f"gateway exited with code {code} before it was ready; its error is printed above")
 
-    def _wait_healthy(self, deadline: float) -> None:
-        health = self.url.removesuffix("/mcp") + "/healthz"
+    def _wait_healthy(self, url: str, deadline: float) -> None:
+        health = url.removesuffix("/mcp") + "/healthz"
         while True:
             self._check_alive()
             try:
@@ -68,7 +78,7 @@ class GatewayProcess:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise GatewayError(f"gateway at {self.url} did not answer {health}")
+                raise GatewayError(f"gateway at {url} did not answer {health}")
             time.sleep(0.1)
 
     def stop(self) -> None:
