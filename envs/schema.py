@@ -1,55 +1,200 @@
-"""MCP tool input schemas to OpenAI function-call schemas."""
+"""MCP tool input schemas to OpenAI function-call schemas.
+
+Function-calling models read a schema as a self-contained tree, so every reference is
+inlined. One `RefResolver` does that for any source of definitions; only the `lookup`
+differs: an MCP input schema resolves `#/$defs/...` (or draft-7 `#/definitions/...`)
+against itself, an OpenAPI operation resolves `#/components/schemas/...` against its
+document. Recursive types would inline forever, so a reference already being expanded
+on the current path (a cycle), or one nested deeper than `max_depth` references, is
+pruned to its `type` and `description`: the model still knows what kind of value to
+send, and the schema stays small.
+"""
 
 from __future__ import annotations
 
 import copy
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from mcp_types import Tool
 
-_DROP_KEYS = {"title", "$defs", "definitions"}
+__all__ = [
+    "Lookup",
+    "RefResolver",
+    "SchemaError",
+    "input_schema_to_parameters",
+    "mcp_tool_to_function",
+    "openapi_schema_to_parameters",
+    "pointer_lookup",
+]
+
+logger = logging.getLogger(__name__)
+
+Lookup = Callable[[str], Mapping[str, Any]]
+"""Return the schema a `$ref` string points to, or raise `SchemaError`."""
+
+DEFAULT_MAX_DEPTH = 3
+
+# Keywords whose value is a schema, a list of schemas, or a name -> schema map. Only these
+# are walked: everything else (enum, default, examples, const, required) is data and is
+# copied verbatim, so a property called "title" or a default holding "$ref" survives.
+_SUBSCHEMA_KEYS = frozenset({
+    "items", "additionalProperties", "not", "contains", "if", "then", "else", "propertyNames",
+    "additionalItems", "unevaluatedItems", "unevaluatedProperties",
+    "allOf", "anyOf", "oneOf", "prefixItems",
+})
+_SUBSCHEMA_MAP_KEYS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+# Titles are noise to a model (pydantic repeats every field name); definition tables are
+# inlined by now; `$schema` describes a document this no longer is.
+_DROPPED_KEYS = frozenset({"title", "$defs", "definitions", "$schema"})
+# Where definitions usually live, so an unknown reference can list the real ones.
+_DEFINITION_TABLES = (("$defs",), ("definitions",), ("components", "schemas"))
 
 
 class SchemaError(ValueError):
     """A tool schema cannot be converted (e.g. a reference that points nowhere)."""
 
 
-def _inline(node: Any, defs: dict[str, Any], seen: tuple[str, ...], depth: int, max_depth: int) -> Any:
-    if isinstance(node, list):
-        return [_inline(item, defs, seen, depth, max_depth) for item in node]
-    if not isinstance(node, dict):
+def _available(root: Mapping[str, Any]) -> list[str]:
+    refs = []
+    for path in _DEFINITION_TABLES:
+        table: Any = root
+        for part in path:
+            table = table.get(part) if isinstance(table, Mapping) else None
+        if isinstance(table, Mapping):
+            refs += ["#/" + "/".join(path) + "/" + name for name in table]
+    return sorted(refs)
+
+
+def pointer_lookup(root: Mapping[str, Any]) -> Lookup:
+    """Resolve local references (`#/$defs/X`, `#/definitions/X`, `#/components/schemas/X`,
+    or any other `#/...` JSON pointer) against `root`: the input schema itself for MCP,
+    the whole OpenAPI document for an operation's schema."""
+
+    def lookup(ref: str) -> Mapping[str, Any]:
+        node: Any = root
+        if ref.startswith("#"):
+            # Refs are URI fragments: percent-decode, then undo JSON-pointer escapes.
+            parts = [unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:]]
+            for part in parts:
+                if isinstance(node, Mapping) and part in node:
+                    node = node[part]
+                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]
+                else:
+                    node = None
+                    break
+        else:
+            node = None  # remote documents are never fetched: a tool schema must stand alone
+        if not isinstance(node, Mapping):
+            available = ", ".join(_available(root)) or "none"
+            raise SchemaError(
+                f"unknown reference {ref!r}: only local '#/...' references to schemas can be "
+                f"inlined; available definitions: {available}"
+            )
         return node
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        name = ref.rsplit("/", 1)[-1]
-        if not ref.startswith("#/$defs/") or name not in defs:
-            raise SchemaError(f"unresolvable reference {ref!r}: only local #/$defs/ references are supported")
-        target = defs[name]
-        if name in seen or depth >= max_depth:
-            # A cycle or a schema too deep to inline: keep what a model needs to fill it in.
-            return {k: target[k] for k in ("type", "description") if k in target} or {"type": "object"}
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _inline(merged, defs, (*seen, name), depth + 1, max_depth)
-    return {k: _inline(v, defs, seen, depth, max_depth) for k, v in node.items() if k not in _DROP_KEYS}
+
+    return lookup
 
 
-def input_schema_to_parameters(schema: dict[str, Any], *, max_depth: int = 3) -> dict[str, Any]:
-    """Inline `$defs` references and drop titles so any function-calling model can read the schema."""
-    schema = copy.deepcopy(schema or {"type": "object", "properties": {}})
-    defs = schema.get("$defs", {}) or {}
-    params = _inline(schema, defs, (), 0, max_depth)
-    params.setdefault("type", "object")
-    params.setdefault("properties", {})
-    return params
+def _implied_type(schema: Mapping[str, Any]) -> Any:
+    if "type" in schema:
+        return schema["type"]
+    if "properties" in schema or "additionalProperties" in schema:
+        return "object"
+    if "items" in schema or "prefixItems" in schema:
+        return "array"
+    return None  # e.g. a bare anyOf: no type beats a wrong one
 
 
-def mcp_tool_to_function(tool: Tool) -> dict[str, Any]:
+class RefResolver:
+    """Inline every `$ref` that `lookup` resolves, pruning cycles and references nested past
+    `max_depth` (a chain of exactly `max_depth` references is still inlined in full)."""
+
+    def __init__(self, lookup: Lookup, *, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+        self.lookup = lookup
+        self.max_depth = max_depth
+
+    def resolve(self, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of `schema` with no `$ref`, no titles and no definition tables."""
+        return self._schema(schema, (), 0)
+
+    def _schema(self, node: Any, path: tuple[str, ...], depth: int) -> Any:
+        if not isinstance(node, Mapping):
+            return copy.deepcopy(node)  # `true` / `false` are schemas too; keep them as they are
+        if "$ref" in node:
+            return self._ref(node, path, depth)
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROPPED_KEYS:
+                continue
+            if key in _SUBSCHEMA_MAP_KEYS and isinstance(value, Mapping):
+                out[key] = {name: self._schema(sub, path, depth) for name, sub in value.items()}
+            elif key in _SUBSCHEMA_KEYS and isinstance(value, list):
+                out[key] = [self._schema(sub, path, depth) for sub in value]
+            elif key in _SUBSCHEMA_KEYS:
+                out[key] = self._schema(value, path, depth)
+            else:
+                out[key] = copy.deepcopy(value)
+        # Older generators wrap a reference as `allOf: [{$ref}]` to give it a description;
+        # a lone branch is merged into its parent, exactly like `$ref` siblings.
+        branches = out.get("allOf")
+        if isinstance(branches, list) and len(branches) == 1 and isinstance(branches[0], dict):
+            del out["allOf"]
+            out = {**branches[0], **out}
+        return out
+
+    def _ref(self, node: Mapping[str, Any], path: tuple[str, ...], depth: int) -> dict[str, Any]:
+        ref = node["$ref"]
+        if not isinstance(ref, str):
+            raise SchemaError(f"$ref must be a string, got {ref!r}")
+        # Keys beside a $ref refine the target for this use (a field's own description,
+        # default), so they win over the target's.
+        merged = {**self.lookup(ref), **{k: v for k, v in node.items() if k != "$ref"}}
+        if ref in path or depth >= self.max_depth:
+            logger.debug("pruned %s (%s)", ref, "cycle" if ref in path else f"depth limit {self.max_depth}")
+            implied = _implied_type(merged)
+            pruned = {} if implied is None else {"type": implied}
+            if "description" in merged:
+                pruned["description"] = merged["description"]
+            return pruned
+        return self._schema(merged, (*path, ref), depth + 1)
+
+
+def _as_parameters(resolved: dict[str, Any]) -> dict[str, Any]:
+    # Function calling wants an object at the top even when a tool takes no arguments.
+    resolved.setdefault("type", "object")
+    if resolved["type"] == "object":
+        resolved.setdefault("properties", {})
+    return resolved
+
+
+def input_schema_to_parameters(
+    schema: Mapping[str, Any] | None, *, max_depth: int = DEFAULT_MAX_DEPTH
+) -> dict[str, Any]:
+    """The `parameters` of a function call for an MCP tool's `inputSchema` (refs against itself)."""
+    schema = schema or {}
+    return _as_parameters(RefResolver(pointer_lookup(schema), max_depth=max_depth).resolve(schema))
+
+
+def openapi_schema_to_parameters(
+    schema: Mapping[str, Any], document: Mapping[str, Any], *, max_depth: int = DEFAULT_MAX_DEPTH
+) -> dict[str, Any]:
+    """The same for a schema taken from an OpenAPI `document` (`#/components/schemas/...`)."""
+    return _as_parameters(RefResolver(pointer_lookup(document), max_depth=max_depth).resolve(schema))
+
+
+def mcp_tool_to_function(tool: Tool, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
     """`{"type": "function", "function": {name, description, parameters}}` for one MCP tool."""
+    try:
+        parameters = input_schema_to_parameters(tool.input_schema, max_depth=max_depth)
+    except SchemaError as e:
+        raise SchemaError(f"tool {tool.name!r}: {e}") from e
     return {
         "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": (tool.description or "").strip(),
-            "parameters": input_schema_to_parameters(tool.input_schema),
-        },
+        "function": {"name": tool.name, "description": (tool.description or "").strip(), "parameters": parameters},
     }
