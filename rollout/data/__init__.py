@@ -1,17 +1,27 @@
-"""Corpora and question sets: typed records, file loaders and the generated demo knowledge base."""
+"""Corpora and question sets: typed records and specs, loaders for files and Hugging Face datasets,
+chunking, and the generated demo knowledge base."""
 
+from rollout.data.chunking import chunk_passages
 from rollout.data.demo_kb import DemoKB, ensure_demo_kb, generate_demo_kb
 from rollout.data.errors import DataError
-from rollout.data.loaders import load_corpus, load_questions
+from rollout.data.loaders import load_corpus, load_corpus_spec, load_question_spec, load_questions
+from rollout.data.materialize import materialize_corpus
 from rollout.data.records import Passage, Question
+from rollout.data.specs import CorpusSpec, QuestionSpec
 
 __all__ = [
+    "CorpusSpec",
     "DataError",
     "DemoKB",
     "Passage",
     "Question",
+    "QuestionSpec",
+    "chunk_passages",
     "ensure_demo_kb",
     "generate_demo_kb",
     "load_corpus",
+    "load_corpus_spec",
+    "load_question_spec",
     "load_questions",
+    "materialize_corpus",
 ]

@@ -1,121 +1,199 @@
-"""Read corpora and question sets from JSON-lines files (FlashRAG conventions).
+"""Read corpora and question sets from any source a spec names (FlashRAG conventions by default).
 
-A malformed line is logged with its file and line number and skipped, so one bad record
-does not cost a whole run; a file with nothing usable, or an id used twice, is an error.
+A malformed record is logged with its file and line (or row) number and skipped, so one bad
+record does not cost a whole run; a source with nothing usable, or an id used twice, is an
+error. Records without an `id` get their 0-based row number as id, with one warning.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rollout.data.chunking import iter_chunks
 from rollout.data.errors import DataError
 from rollout.data.records import Passage, Question
+from rollout.data.sources import RowSource, open_hf, open_path
+from rollout.data.specs import CORPUS_FIELDS, QUESTION_FIELDS, CorpusSpec, QuestionSpec
 
 logger = logging.getLogger(__name__)
 
 CORPUS_FORMAT = ('one JSON object per line: {"id": ..., "contents": "Title\\ntext"} '
-                 'or {"id": ..., "title": ..., "text": ...}')
+                 'or {"id": ..., "title": ..., "text": ...} (or a .parquet file / save_to_disk '
+                 'directory with those columns; map other column names with columns)')
 QUESTIONS_FORMAT = ('one JSON object per line: {"id": ..., "question": "...", '
-                    '"golden_answers": ["..."], "metadata": {...}}')
-_MAX_WARNINGS = 20  # per file; the rest are counted in one summary line
+                    '"golden_answers": ["..."], "metadata": {...}} (or a .parquet file / save_to_disk '
+                    'directory with those columns; map other column names with columns)')
+_MAX_WARNINGS = 20  # per source; the rest are counted in one summary line
 
 T = TypeVar("T", Passage, Question)
+Parser = Callable[[dict[str, Any], str], T]
+"""Turns a record's fields (already renamed to ours) and its fallback id into a record."""
 
 
 class _Malformed(ValueError):
-    """A line that is valid JSON but not a usable record; the message says what is wrong."""
+    """A record that is valid JSON but not usable; the message says what is wrong."""
 
 
-def _as_id(obj: dict[str, Any]) -> str:
-    value = obj.get("id")
+def _as_id(value: Any, name: str = "id") -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        raise _Malformed(f"'id' must be a non-empty string or an integer, got {value!r}")
+        raise _Malformed(f"{name!r} must be a non-empty string or an integer, got {value!r}")
     return str(value)
 
 
-def _parse_passage(obj: dict[str, Any]) -> Passage:
-    doc_id = _as_id(obj)
-    if "contents" in obj:
-        contents = obj["contents"]
-        if not isinstance(contents, str):
-            raise _Malformed(f"'contents' must be a string, got {type(contents).__name__}")
-        title, _, text = contents.partition("\n")
-        return Passage(doc_id, title, text)
-    title, text = obj.get("title"), obj.get("text")
-    if not isinstance(title, str) or not isinstance(text, str):
-        raise _Malformed("needs a string 'contents', or string 'title' and 'text'")
-    return Passage(doc_id, title, text)
+def _as_strings(value: Any, name: str) -> list[str]:
+    """A list of strings or numbers, or a single one (wrapped), as a non-empty list of strings."""
+    items = [value] if isinstance(value, (str, int, float)) and not isinstance(value, bool) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise _Malformed(f"{name!r} must be a non-empty list or a string, got {value!r}")
+    if not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) and a != "" for a in items):
+        raise _Malformed(f"{name!r} must hold non-empty strings or numbers, got {value!r}")
+    return [str(a) for a in items]
 
 
-def _parse_question(obj: dict[str, Any]) -> Question:
-    question_id = _as_id(obj)
+def _passage_parser(columns: Mapping[str, str]) -> Parser[Passage]:
+    # With `contents` mapped, or title/text not mapped, FlashRAG's `contents` wins when present.
+    use_contents = "contents" in columns or not ({"title", "text"} & set(columns))
+
+    def parse(obj: dict[str, Any], fallback_id: str) -> Passage:
+        pid = _as_id(obj["id"]) if "id" in obj else fallback_id
+        doc_id = obj.get("doc_id")
+        doc_id = None if doc_id is None else _as_id(doc_id, "doc_id")
+        if use_contents and "contents" in obj:
+            contents = obj["contents"]
+            if not isinstance(contents, str):
+                raise _Malformed(f"'contents' must be a string, got {type(contents).__name__}")
+            title, _, text = contents.partition("\n")
+            return Passage(pid, title, text, doc_id)
+        title, text = obj.get("title"), obj.get("text")
+        if not isinstance(text, str) or not (title is None or isinstance(title, str)):
+            raise _Malformed("needs a string 'contents', or a string 'text' (and optionally 'title')")
+        return Passage(pid, title or "", text, doc_id)
+
+    return parse
+
+
+def _parse_question(obj: dict[str, Any], fallback_id: str) -> Question:
+    qid = _as_id(obj["id"]) if "id" in obj else fallback_id
     question = obj.get("question")
     if not isinstance(question, str) or not question.strip():
         raise _Malformed(f"'question' must be a non-empty string, got {question!r}")
-    answers = obj.get("golden_answers")
-    if not isinstance(answers, list) or not answers:
-        raise _Malformed(f"'golden_answers' must be a non-empty list, got {answers!r}")
-    if not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in answers):
-        raise _Malformed(f"'golden_answers' must hold strings or numbers, got {answers!r}")
-    metadata = obj.get("metadata", {})
+    answers = _as_strings(obj.get("golden_answers"), "golden_answers")
+    metadata = obj.get("metadata")
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict):
         raise _Malformed(f"'metadata' must be an object, got {type(metadata).__name__}")
-    return Question(question_id, question, [str(a) for a in answers], metadata)
+    metadata = dict(metadata)
+    if obj.get("gold_doc_ids") is not None:
+        metadata["gold_doc_ids"] = _as_strings(obj["gold_doc_ids"], "gold_doc_ids")
+    return Question(qid, question, answers, metadata)
 
 
-def _read_records(path: Path, parse: Callable[[dict[str, Any]], T], expected: str) -> Iterator[tuple[int, T]]:
-    """Yield (line number, record) for each usable line; log and skip the rest."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path} does not exist or is not a file; expected {expected}")
-    skipped = 0
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise _Malformed(f"expected a JSON object, got {type(obj).__name__}")
-                record = parse(obj)
-            except (json.JSONDecodeError, _Malformed) as e:
-                skipped += 1
-                if skipped <= _MAX_WARNINGS:
-                    logger.warning("%s:%d: skipped malformed line (%s); expected %s", path, lineno, e, expected)
-                continue
-            yield lineno, record
+def _records(source: RowSource, parse: Parser[T], columns: Mapping[str, str], fields: tuple[str, ...],
+             section: str, expected: str) -> Iterator[tuple[int, T]]:
+    """Yield (line or row number, record) for each usable record; log and skip the rest."""
+    if source.columns is not None:
+        absent = {ours: theirs for ours, theirs in columns.items() if theirs not in source.columns}
+        if absent:
+            raise DataError(f"{source.name}: no column {', '.join(map(repr, absent.values()))} (mapped by "
+                            f"dataset.{section}.columns); its columns are {', '.join(source.columns)}")
+    names = {ours: columns.get(ours, ours) for ours in fields}
+    skipped = used = 0
+    warned_ids = False
+    for row in source.rows:
+        try:
+            if row.values is None:
+                raise _Malformed(row.problem)
+            obj = {ours: row.values[theirs] for ours, theirs in names.items() if theirs in row.values}
+            record = parse(obj, str(row.index))
+        except _Malformed as e:
+            skipped += 1
+            if skipped <= _MAX_WARNINGS:
+                logger.warning("%s: skipped malformed %s (%s); expected %s",
+                               source.where(row.number), source.unit, e, expected)
+            continue
+        if not warned_ids and "id" not in obj:
+            warned_ids = True
+            logger.warning("%s: records have no %r field; using each record's 0-based row number as its id. "
+                           "Map an id column with dataset.%s.columns.id=<column>", source.where(row.number),
+                           names["id"], section)
+        used += 1
+        yield row.number, record
     if skipped > _MAX_WARNINGS:
-        logger.warning("%s: %d malformed lines skipped in all", path, skipped)
+        logger.warning("%s: %d malformed %ss skipped in all", source.name, skipped, source.unit)
+    if not used:
+        seen = f"; its columns are {', '.join(source.columns)}" if source.columns is not None else ""
+        mapped = f" with dataset.{section}.columns={dict(columns)}" if columns else ""
+        raise DataError(f"{source.name} has no usable {source.unit}{mapped}{seen}; expected {expected}")
 
 
-def _collect(path: Path, parse: Callable[[dict[str, Any]], T], expected: str, limit: int | None) -> list[T]:
-    records: list[T] = []
-    first_line: dict[str, int] = {}
-    for lineno, record in _read_records(path, parse, expected):
-        record_id = record.id
-        if record_id in first_line:
-            raise DataError(f"{path}:{lineno}: id {record_id!r} was already used on line "
-                            f"{first_line[record_id]}; ids must be unique")
-        first_line[record_id] = lineno
-        records.append(record)
-        if limit is not None and len(records) >= limit:
+def _open(spec: CorpusSpec | QuestionSpec, expected: str) -> RowSource:
+    spec.check()
+    if spec.path:
+        return open_path(spec.path, split=spec.split, expected=expected)
+    assert spec.hf_name is not None  # check() guarantees one source
+    return open_hf(spec.hf_name, spec.hf_config, spec.split, spec.data_files, spec.source)
+
+
+class _UniqueIds:
+    """Remembers where each id was first used; a second use is a `DataError` naming both places."""
+
+    def __init__(self, source: RowSource) -> None:
+        self._source = source
+        self._first: dict[str, int] = {}
+
+    def add(self, record_id: str, number: int, note: str = "") -> None:
+        first = self._first.setdefault(record_id, number)
+        if first != number:
+            raise DataError(f"{self._source.where(number)}: id {record_id!r}{note} was already used on "
+                            f"{self._source.unit} {first}; ids must be unique")
+
+
+def iter_corpus_spec(spec: CorpusSpec) -> Iterator[Passage]:
+    """Stream the passages of `spec`, chunked when `chunk_tokens` is set (used to materialize big corpora)."""
+    source = _open(spec, CORPUS_FORMAT)
+    ids = _UniqueIds(source)
+    parse = _passage_parser(spec.columns)
+    for number, doc in _records(source, parse, spec.columns, CORPUS_FIELDS, "corpus", CORPUS_FORMAT):
+        ids.add(doc.id, number)
+        if spec.chunk_tokens is None:
+            yield doc
+            continue
+        for chunk in iter_chunks(doc, max_tokens=spec.chunk_tokens, overlap=spec.chunk_overlap):
+            if chunk is not doc:
+                ids.add(chunk.id, number, f" (chunk of document {doc.id!r})")
+            yield chunk
+
+
+def load_corpus_spec(spec: CorpusSpec) -> list[Passage]:
+    """All passages of the corpus `spec` names (chunked when `chunk_tokens` is set)."""
+    return list(iter_corpus_spec(spec))
+
+
+def load_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> list[Question]:
+    """The first `limit` usable questions of the source `spec` names (all when `limit` is None)."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit} must be at least 1; use None (dataset.limit=null) for all questions")
+    source = _open(spec, QUESTIONS_FORMAT)
+    ids = _UniqueIds(source)
+    questions: list[Question] = []
+    for number, question in _records(source, _parse_question, spec.columns, QUESTION_FIELDS, "questions",
+                                     QUESTIONS_FORMAT):
+        ids.add(question.id, number)
+        questions.append(question)
+        if limit is not None and len(questions) >= limit:
             break
-    if not records:
-        raise DataError(f"{path} has no usable line; expected {expected}")
-    return records
+    return questions
 
 
 def load_corpus(path: Path | str) -> list[Passage]:
-    """Passages of a FlashRAG corpus file (`contents` = title, newline, text) or of title/text lines."""
-    return _collect(Path(path), _parse_passage, CORPUS_FORMAT, None)
+    """Passages of a FlashRAG corpus file (`contents` = title, newline, text) or of title/text records."""
+    return load_corpus_spec(CorpusSpec(path=str(path)))
 
 
 def load_questions(path: Path | str, *, limit: int | None = None) -> list[Question]:
     """The first `limit` usable questions of a question file (all when `limit` is None)."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit={limit} must be at least 1; use None (dataset.limit=null) for all questions")
-    return _collect(Path(path), _parse_question, QUESTIONS_FORMAT, limit)
+    return load_question_spec(QuestionSpec(path=str(path)), limit=limit)

@@ -16,6 +16,13 @@ class Passage:
     """First line of FlashRAG's `contents`."""
     text: str
     """The rest of `contents`."""
+    doc_id: str | None = None
+    """Source document of a chunk; None when the passage is the whole document."""
+
+    @property
+    def source_id(self) -> str:
+        """The document this passage comes from: `doc_id` for a chunk, else the passage's own id."""
+        return self.doc_id if self.doc_id is not None else self.id
 
     @property
     def contents(self) -> str:
@@ -23,7 +30,11 @@ class Passage:
         return f"{self.title}\n{self.text}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "contents": self.contents}
+        """A FlashRAG corpus line; `doc_id` only when set."""
+        record: dict[str, Any] = {"id": self.id, "contents": self.contents}
+        if self.doc_id is not None:
+            record["doc_id"] = self.doc_id
+        return record
 
 
 @dataclass(frozen=True, slots=True)

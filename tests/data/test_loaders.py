@@ -41,12 +41,33 @@ def test_questions_without_metadata_and_numeric_answers(tmp_path: Path):
     assert load_questions(path) == [Question("a", "How many?", ["3", "three"], {})]
 
 
+def test_single_string_or_number_answer_is_wrapped(tmp_path: Path):
+    path = _write(tmp_path / "q.jsonl", [{"id": "a", "question": "Who?", "golden_answers": "Arlen Voss"},
+                                         {"id": "b", "question": "When?", "golden_answers": 1961, "metadata": None}])
+    assert load_questions(path) == [Question("a", "Who?", ["Arlen Voss"], {}), Question("b", "When?", ["1961"], {})]
+
+
+def test_corpus_doc_id_round_trip(tmp_path: Path):
+    passages = [Passage("d1#0", "T", "a b", doc_id="d1"), Passage("d2", "U", "c")]
+    assert passages[0].source_id == "d1" and passages[1].source_id == "d2"
+    assert "doc_id" not in passages[1].to_json()
+    path = _write(tmp_path / "corpus.jsonl", [p.to_json() for p in passages])
+    assert load_corpus(path) == passages
+
+
+def test_records_without_ids_get_row_numbers_with_one_warning(tmp_path: Path, caplog):
+    path = _write(tmp_path / "c.jsonl", [{"contents": "A\na"}, "", {"contents": "B\nb"}, {"contents": "C\nc"}])
+    with caplog.at_level(logging.WARNING, logger="rollout.data.loaders"):
+        assert [p.id for p in load_corpus(path)] == ["0", "1", "2"]
+    assert len(caplog.records) == 1 and "columns.id" in caplog.text
+
+
 def test_malformed_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path, caplog):
     path = _write(tmp_path / "q.jsonl", [
         {"id": "ok1", "question": "Q1?", "golden_answers": ["a"]},
         "{not json",                                                    # line 2
         {"id": "x", "golden_answers": ["a"]},                           # line 3: no question
-        {"id": "y", "question": "Q?", "golden_answers": "a"},           # line 4: not a list
+        {"id": "y", "question": "Q?", "golden_answers": {"a": 1}},      # line 4: not a list or string
         {"id": "z", "question": "Q?", "golden_answers": ["a"], "metadata": []},  # line 5
         "[1, 2]",                                                       # line 6: not an object
         {"id": "ok2", "question": "Q2?", "golden_answers": ["b"]},
