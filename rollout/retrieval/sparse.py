@@ -1,134 +1,336 @@
-"""BM25 keyword index over the shared tokenizer, backed by rank_bm25's BM25Okapi."""
+"""BM25 keyword index with two interchangeable backends that give the same scores.
+
+`bm25s` (the default) precomputes every (term, passage) score into a sparse matrix and
+answers a query with a few numpy passes over the postings of its terms; `rank_bm25` is the
+reference implementation, hundreds of times slower on a large corpus. Both index the tokens of the
+shared `tokenize` with the same options and score with Okapi BM25 as rank_bm25's
+`BM25Okapi(epsilon=0)` defines it:
+
+    score(q, d) = sum over query tokens t of idf(t) * tf(t, d) * (k1 + 1)
+                  / (tf(t, d) + k1 * (1 - b + b * len(d) / avg_len))
+    idf(t) = max(0, log((N - df(t) + 0.5) / (df(t) + 0.5)))
+
+which is bm25s' `method="atire", idf_method="robertson"`. Ranking happens in float64 with
+ties going to the lower row, so both backends return the same passages in the same order.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import bm25s
 import numpy as np
 from rank_bm25 import BM25Okapi
 
 from rollout.data.records import Passage
-from rollout.retrieval.base import Hits, check_k, empty_hits, top_k_hits
+from rollout.retrieval.base import Hits, check_k, empty_hits
 from rollout.retrieval.errors import RetrievalError
-from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize
+from rollout.retrieval.params import SparseParams
+from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize_batch
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EPSILON = 0.25
-"""rank_bm25's floor for negative idf, as a fraction of the mean idf."""
+BACKENDS: tuple[str, ...] = ("bm25s", "rank_bm25")
+"""Values `SparseParams.backend` accepts."""
 
-_FORMAT = "rollout-bm25-tokens"
-_FORMAT_VERSION = 1
+_FORMAT = "rollout-bm25"
+_FORMAT_VERSION = 2
 _META = "meta.json"
 _VOCAB = "vocab.json"
 _TOKEN_IDS = "token_ids.npy"
 _OFFSETS = "offsets.npy"
 
 
-class BM25Retriever:
-    """Okapi BM25 over `tokenize(passage.contents)`; scores are rank_bm25's, unchanged.
+class _Scorer(Protocol):
+    """One backend: BM25 scores of a tokenized query, and its own files on disk."""
 
-    Every passage is scored, so a row holds k passages whenever the corpus has k, including
-    passages that share no word with the query (score 0).
+    num_passages: int
+
+    def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Ascending row numbers (int64) and float64 scores of passages that may be among the k best.
+
+        A superset of the k best by (score descending, row ascending) among the passages
+        scoring above 0, and no passage scoring 0; `_best` ranks them.
+        """
+        ...
+
+    def save(self, path: Path) -> None: ...
+
+
+class _Bm25sScorer:
+    """bm25s' precomputed (passage, term) score matrix, read column by column."""
+
+    def __init__(self, model: bm25s.BM25) -> None:
+        self._model = model
+        self._vocab: dict[str, int] = model.vocab_dict
+        self._data: np.ndarray = model.scores["data"]
+        self._doc_ids: np.ndarray = model.scores["indices"]
+        self._indptr: np.ndarray = model.scores["indptr"]
+        self.num_passages = int(model.scores["num_docs"])
+
+    @classmethod
+    def build(cls, corpus: list[list[str]], params: SparseParams) -> _Bm25sScorer:
+        vocab: dict[str, int] = {}
+        ids = [[vocab.setdefault(token, len(vocab)) for token in doc] for doc in corpus]
+        # float64 scores make the sums the same as rank_bm25's to the last bit or two, so
+        # near-ties rank alike in both backends.
+        model = bm25s.BM25(k1=params.k1, b=params.b, method="atire", idf_method="robertson", dtype="float64")
+        model.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), create_empty_token=False, show_progress=False)
+        return cls(model)
+
+    @classmethod
+    def load(cls, path: Path, params: SparseParams) -> _Bm25sScorer:
+        try:
+            model = bm25s.BM25.load(path, mmap=True, show_progress=False)
+        except (OSError, ValueError) as e:
+            raise RetrievalError(
+                f"cannot read the bm25s index at {path} ({e}); delete the directory and rebuild it"
+            ) from e
+        stored = (model.method, model.idf_method, float(model.k1), float(model.b))
+        if stored != ("atire", "robertson", params.k1, params.b):
+            raise RetrievalError(
+                f"bm25s files at {path} hold method/idf/k1/b {stored}, meta.json says k1={params.k1}, b={params.b}; "
+                "delete the directory and rebuild the index"
+            )
+        return cls(model)
+
+    def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        spans = [(int(self._indptr[t]), int(self._indptr[t + 1])) for t in self._term_ids(query)]
+        if not spans:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        # Postings term after term, so a passage's sum adds terms in query order as rank_bm25 does.
+        docs = np.concatenate([self._doc_ids[start:end] for start, end in spans])
+        weights = np.concatenate([self._data[start:end] for start, end in spans])
+        scores = np.bincount(docs, weights=weights, minlength=self.num_passages)
+        # Any k passages bound the k-th best score from below; those of the rarest term with at
+        # least k passages give a tight bound cheaply, and only passages reaching it need ranking.
+        bound = 0.0
+        start, end = min((s for s in spans if s[1] - s[0] >= k), key=lambda s: s[1] - s[0], default=(0, 0))
+        if end - start >= k:
+            sample = scores[self._doc_ids[start:end]]
+            bound = float(np.partition(sample, len(sample) - k)[len(sample) - k])
+        rows = np.flatnonzero(scores >= bound) if bound > 0 else np.flatnonzero(scores > 0)
+        found = scores[rows]
+        if len(rows) > 2 * k:
+            # Of many passages tied at the lowest score only the k lowest rows can make the cut.
+            tied = found == found.min()
+            keep = ~tied | (np.cumsum(tied) <= k)
+            rows, found = rows[keep], found[keep]
+        return rows, found
+
+    def _term_ids(self, query: list[str]) -> list[int]:
+        vocab = self._vocab
+        return [vocab[token] for token in query if token in vocab]
+
+    def save(self, path: Path) -> None:
+        self._model.save(path, show_progress=False)
+
+
+class _RankBm25Scorer:
+    """rank_bm25's BM25Okapi, kept beside the token ids it was built from (for `save`)."""
+
+    def __init__(self, vocab: list[str], token_ids: np.ndarray, offsets: np.ndarray, params: SparseParams) -> None:
+        self._vocab = vocab
+        self._token_ids = token_ids
+        self._offsets = offsets
+        self.num_passages = len(offsets) - 1
+        terms = np.asarray(vocab, dtype=object)
+        corpus = [terms[token_ids[start:end]].tolist() for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
+        # epsilon=0: rank_bm25's default floors the idf of a word found in more than half the
+        # passages at 0.25 x the mean idf, a rule bm25s has no equivalent of. With 0 such words
+        # score 0, exactly like bm25s' "robertson" idf, so the two backends agree.
+        self._bm25 = BM25Okapi(corpus, k1=params.k1, b=params.b, epsilon=0.0)
+
+    @classmethod
+    def build(cls, corpus: list[list[str]], params: SparseParams) -> _RankBm25Scorer:
+        vocab: dict[str, int] = {}
+        ids = [vocab.setdefault(token, len(vocab)) for doc in corpus for token in doc]
+        offsets = np.zeros(len(corpus) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, corpus), dtype=np.int64, count=len(corpus)), out=offsets[1:])
+        return cls(list(vocab), np.asarray(ids, dtype=np.int32), offsets, params)
+
+    @classmethod
+    def load(cls, path: Path, params: SparseParams) -> _RankBm25Scorer:
+        try:
+            vocab = json.loads((path / _VOCAB).read_text(encoding="utf-8"))
+            token_ids = np.load(path / _TOKEN_IDS, mmap_mode="r", allow_pickle=False)
+            offsets = np.load(path / _OFFSETS, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise RetrievalError(
+                f"cannot read the BM25 tokens at {path} ({e}); delete the directory and rebuild it"
+            ) from e
+        if offsets.ndim != 1 or len(offsets) < 2 or int(offsets[-1]) != len(token_ids):
+            raise RetrievalError(f"BM25 index at {path} is inconsistent (offsets vs tokens); delete it and rebuild")
+        return cls(vocab, token_ids, offsets, params)
+
+    def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.asarray(self._bm25.get_scores(query), dtype=np.float64)
+        rows = np.flatnonzero(scores > 0)
+        return rows, scores[rows]
+
+    def save(self, path: Path) -> None:
+        np.save(path / _TOKEN_IDS, np.asarray(self._token_ids, dtype=np.int32), allow_pickle=False)
+        np.save(path / _OFFSETS, np.asarray(self._offsets, dtype=np.int64), allow_pickle=False)
+        (path / _VOCAB).write_text(json.dumps(self._vocab, ensure_ascii=False), encoding="utf-8")
+
+
+_SCORERS: dict[str, type[_Bm25sScorer] | type[_RankBm25Scorer]] = {
+    "bm25s": _Bm25sScorer,
+    "rank_bm25": _RankBm25Scorer,
+}
+
+
+class BM25Retriever:
+    """Okapi BM25 over `tokenize(passage.contents)`, scored by the backend `params` name.
+
+    Every passage is scored, so a row holds k passages whenever the corpus has k; passages
+    that share no word with the query score 0 and fill a row from the lowest row number. A
+    query with no token the corpus knows therefore returns rows 0..k-1, all with score 0.
     """
 
     name = "sparse"
 
-    def __init__(
-        self,
-        corpus_tokens: Sequence[Sequence[str]],
-        *,
-        k1: float = 1.5,
-        b: float = 0.75,
-        epsilon: float = DEFAULT_EPSILON,
-    ) -> None:
-        if len(corpus_tokens) == 0:
+    def __init__(self, scorer: _Scorer, params: SparseParams) -> None:
+        """Use `build` or `load`; this wires an already built backend to its parameters."""
+        self._scorer = scorer
+        self._params = params
+
+    @classmethod
+    def build(cls, passages: Sequence[Passage], params: SparseParams = SparseParams()) -> BM25Retriever:
+        """Tokenize title and text of every passage and index them with `params.backend`."""
+        params = _checked(params)
+        if len(passages) == 0:
             raise RetrievalError("cannot build a BM25 index over an empty corpus; pass at least one passage")
-        if not any(corpus_tokens):
+        corpus = tokenize_batch((p.contents for p in passages), stopwords=params.stopwords, stemming=params.stemming)
+        if not any(corpus):
             raise RetrievalError(
                 "every passage tokenized to nothing (only stopwords or punctuation); "
                 "check that the corpus passages carry text"
             )
-        if k1 < 0 or not 0.0 <= b <= 1.0:
-            raise RetrievalError(
-                f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}; the usual values are 1.5 and 0.75"
-            )
-        self.k1 = float(k1)
-        self.b = float(b)
-        self.epsilon = float(epsilon)
-        self._corpus_tokens = [list(doc) for doc in corpus_tokens]
-        self._bm25 = BM25Okapi(self._corpus_tokens, k1=self.k1, b=self.b, epsilon=self.epsilon)
-
-    @classmethod
-    def build(
-        cls, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75, epsilon: float = DEFAULT_EPSILON
-    ) -> BM25Retriever:
-        """Tokenize title and text of every passage and index them."""
-        return cls([tokenize(p.contents) for p in passages], k1=k1, b=b, epsilon=epsilon)
+        scorer = _SCORERS[params.backend].build(corpus, params)
+        logger.debug("built %s BM25 index over %d passages", params.backend, len(passages))
+        return cls(scorer, params)
 
     @property
     def num_passages(self) -> int:
-        return len(self._corpus_tokens)
+        return self._scorer.num_passages
+
+    @property
+    def params(self) -> SparseParams:
+        return self._params
+
+    @staticmethod
+    def cache_params(params: SparseParams) -> dict[str, Any]:
+        """Everything that changes the stored index, for a cache key."""
+        return {**asdict(_checked(params)), "tokenizer_version": TOKENIZER_VERSION, "format_version": _FORMAT_VERSION}
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
-        """Rank every passage per query with `BM25Okapi.get_scores`; ties go to the lower row."""
+        """The k best passages per query, best first; ties go to the lower row.
+
+        The batch is tokenized in one pass; each query then costs a few numpy passes over the
+        postings of its terms (bm25s) or one `get_scores` call (rank_bm25).
+        """
         check_k(k)
         if isinstance(queries, str):
             raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-        hits = empty_hits(len(queries), k)
-        # One row at a time keeps memory at one score vector however many queries come in.
-        for row, query in enumerate(queries):
-            scores = np.asarray(self._bm25.get_scores(tokenize(query)), dtype=np.float64)
-            one = top_k_hits(scores[np.newaxis, :], k)
-            hits.indices[row] = one.indices[0]
-            hits.scores[row] = one.scores[0]
+        tokens = tokenize_batch(queries, stopwords=self._params.stopwords, stemming=self._params.stemming)
+        hits = empty_hits(len(tokens), k)
+        take = min(k, self.num_passages)
+        for row, query in enumerate(tokens):
+            rows, scores = _best(*self._scorer.candidates(query, take), take)
+            hits.indices[row, :take] = rows
+            hits.scores[row, :take] = scores
         return hits
 
     def save(self, path: Path) -> None:
-        """Write the tokenized corpus as token ids + vocabulary (no pickle) into directory `path`."""
+        """Write the index into directory `path` (no pickle); meta.json names backend and params."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        vocab: dict[str, int] = {}
-        ids = [vocab.setdefault(token, len(vocab)) for doc in self._corpus_tokens for token in doc]
-        lengths = np.fromiter((len(doc) for doc in self._corpus_tokens), dtype=np.int64, count=self.num_passages)
-        offsets = np.zeros(self.num_passages + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        np.save(path / _TOKEN_IDS, np.asarray(ids, dtype=np.int32), allow_pickle=False)
-        np.save(path / _OFFSETS, offsets, allow_pickle=False)
-        (path / _VOCAB).write_text(json.dumps(list(vocab), ensure_ascii=False), encoding="utf-8")
-        meta: dict[str, Any] = {
+        self._scorer.save(path)
+        meta = {
             "format": _FORMAT,
             "format_version": _FORMAT_VERSION,
             "tokenizer_version": TOKENIZER_VERSION,
-            "k1": self.k1,
-            "b": self.b,
-            "epsilon": self.epsilon,
+            "params": asdict(self._params),
             "num_passages": self.num_passages,
-            "num_tokens": len(ids),
+            "bm25s_version": bm25s.__version__,
         }
+        # Written last: a directory with meta.json holds a complete index.
         (path / _META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> BM25Retriever:
-        """Read a directory written by `save` and rebuild the BM25 statistics from its tokens."""
+    def load(cls, path: Path, params: SparseParams | None = None) -> BM25Retriever:
+        """Open a directory written by `save`; the backend and parameters come from its meta.json.
+
+        `params`, when given, must equal the saved ones (they shape the stored index). bm25s
+        indexes are memory-mapped, so loading is quick whatever the corpus size.
+        """
         path = Path(path)
-        meta = _read_meta(path)
-        vocab = json.loads((path / _VOCAB).read_text(encoding="utf-8"))
-        token_ids = np.load(path / _TOKEN_IDS, allow_pickle=False)
-        offsets = np.load(path / _OFFSETS, allow_pickle=False)
-        if len(offsets) != meta["num_passages"] + 1 or int(offsets[-1]) != len(token_ids):
-            raise RetrievalError(f"BM25 index at {path} is inconsistent (offsets vs tokens); delete it and rebuild")
-        terms = np.asarray(vocab, dtype=object)
-        corpus = [terms[token_ids[start:end]].tolist() for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
-        logger.debug("read %d BM25 documents from %s", len(corpus), path)
-        return cls(corpus, k1=meta["k1"], b=meta["b"], epsilon=meta["epsilon"])
+        saved, num_passages = _read_meta(path)
+        if params is not None and _checked(params) != saved:
+            raise RetrievalError(
+                f"BM25 index at {path} was built with {saved}, not {params}; "
+                "load it with params=None, or delete the directory and rebuild it with the new parameters"
+            )
+        scorer = _SCORERS[saved.backend].load(path, saved)
+        if scorer.num_passages != num_passages:
+            raise RetrievalError(
+                f"BM25 index at {path} holds {scorer.num_passages} passages, its meta.json says {num_passages}; "
+                "delete the directory and rebuild the index"
+            )
+        logger.debug("loaded %s BM25 index (%d passages) from %s", saved.backend, scorer.num_passages, path)
+        return cls(scorer, saved)
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
+def _checked(params: SparseParams) -> SparseParams:
+    """`params` with plain float/bool values, or an error naming the valid values."""
+    if params.backend not in BACKENDS:
+        raise RetrievalError(
+            f"unknown BM25 backend {params.backend!r}; set retriever.sparse.backend to one of {list(BACKENDS)}"
+        )
+    if params.k1 < 0 or not 0.0 <= params.b <= 1.0:
+        raise RetrievalError(
+            f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={params.k1}, b={params.b}; the usual values are 1.5 and 0.75"
+        )
+    return SparseParams(
+        backend=params.backend,
+        k1=float(params.k1),
+        b=float(params.b),
+        stopwords=bool(params.stopwords),
+        stemming=bool(params.stemming),
+    )
+
+
+def _best(rows: np.ndarray, scores: np.ndarray, take: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `take` best of the candidates (ascending rows scoring above 0), topped up with zeros.
+
+    BM25 scores are never negative (idf is floored at 0), so passages left out of the
+    candidates score 0 and fill a row from the lowest row number up. argpartition alone would
+    pick an arbitrary subset of the passages tied at the k-th score; the lowest rows win here.
+    """
+    if len(rows) > take:
+        kth = np.partition(scores, len(scores) - take)[len(scores) - take]
+        above = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)[: take - len(above)]
+        keep = np.concatenate((above, tied))
+        rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((rows, -scores))
+    rows, scores = rows[order], scores[order]
+    missing = take - len(rows)
+    if missing > 0:
+        zeros = np.setdiff1d(np.arange(take, dtype=np.int64), rows)[:missing]
+        rows = np.concatenate((rows, zeros))
+        scores = np.concatenate((scores, np.zeros(missing, dtype=np.float64)))
+    return rows, scores
+
+
+def _read_meta(path: Path) -> tuple[SparseParams, int]:
+    """The parameters and passage count a saved index records; errors say to rebuild."""
     meta_path = path / _META
     if not meta_path.is_file():
         raise RetrievalError(
@@ -145,4 +347,9 @@ def _read_meta(path: Path) -> dict[str, Any]:
             f"BM25 index at {path} was tokenized with tokenizer v{meta.get('tokenizer_version')}, queries now use "
             f"v{TOKENIZER_VERSION}; delete the directory and rebuild the index"
         )
-    return meta
+    try:
+        return _checked(SparseParams(**meta["params"])), int(meta["num_passages"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise RetrievalError(
+            f"{meta_path} has no valid params ({e}); delete the directory and rebuild the index"
+        ) from e

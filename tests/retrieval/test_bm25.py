@@ -1,4 +1,5 @@
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -7,14 +8,17 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from rollout.data.records import Passage
-from rollout.retrieval import BM25Retriever, Hits, RetrievalError, Retriever, tokenize
+from rollout.retrieval import BM25Retriever, Hits, RetrievalError, Retriever, SparseParams, tokenize
 
 MakePassages = Callable[[int, int], list[Passage]]
 MakeQueries = Callable[[int, int], list[str]]
 
+BACKENDS = ["bm25s", "rank_bm25"]
 
-def _brute_force_scores(passages: list[Passage], query: str, **params: float) -> np.ndarray:
-    bm25 = BM25Okapi([tokenize(p.contents) for p in passages], **params)
+
+def _reference_scores(passages: list[Passage], query: str, k1: float = 1.5, b: float = 0.75) -> np.ndarray:
+    """rank_bm25's BM25Okapi with epsilon=0, built here independently of the retriever."""
+    bm25 = BM25Okapi([tokenize(p.contents) for p in passages], k1=k1, b=b, epsilon=0)
     return np.asarray(bm25.get_scores(tokenize(query)), dtype=np.float64)
 
 
@@ -22,103 +26,200 @@ def _descending(row: np.ndarray) -> bool:
     return bool(np.all(row[:-1] >= row[1:]))
 
 
-def _assert_matches_brute_force(hits: Hits, passages: list[Passage], queries: list[str], k: int, **params) -> None:
+def _assert_matches_reference(hits: Hits, passages: list[Passage], queries: list[str], k: int, **params) -> None:
     for row, query in enumerate(queries):
-        expected = _brute_force_scores(passages, query, **params)
+        expected = _reference_scores(passages, query, **params)
         # The k best scores, in order ...
-        np.testing.assert_allclose(hits.scores[row], np.sort(expected)[::-1][:k].astype(np.float32), rtol=1e-6)
-        # ... and each returned passage really has the score reported beside it (tie-agnostic).
-        np.testing.assert_allclose(expected[hits.indices[row]], hits.scores[row], rtol=1e-6)
-        assert len(set(hits.indices[row].tolist())) == k
+        np.testing.assert_allclose(hits.scores[row], np.sort(expected)[::-1][:k], rtol=1e-6, atol=1e-6)
+        # ... each returned passage really has the score reported beside it ...
+        np.testing.assert_allclose(expected[hits.indices[row]], hits.scores[row], rtol=1e-6, atol=1e-6)
+        # ... and among equal scores the lower row comes first.
+        order = np.lexsort((np.arange(len(expected)), -expected))[:k]
+        assert hits.indices[row].tolist() == order.tolist()
 
 
-@pytest.mark.parametrize(("k1", "b", "epsilon"), [(1.5, 0.75, 0.25), (0.9, 0.4, 0.0), (2.0, 1.0, 0.5)])
-def test_top_k_equals_rank_bm25_brute_force(
-    k1: float, b: float, epsilon: float, random_passages: MakePassages, random_queries: MakeQueries
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("k1", "b"), [(1.5, 0.75), (0.9, 0.4), (2.0, 1.0), (1.2, 0.0)])
+def test_top_k_equals_rank_bm25_with_epsilon_0(
+    backend: str, k1: float, b: float, random_passages: MakePassages, random_queries: MakeQueries
 ) -> None:
     passages = random_passages(80, 1)
     queries = random_queries(25, 2)
-    retriever = BM25Retriever([tokenize(p.contents) for p in passages], k1=k1, b=b, epsilon=epsilon)
+    retriever = BM25Retriever.build(passages, SparseParams(backend=backend, k1=k1, b=b))
     hits = retriever.search(queries, k=7)
     assert hits.indices.dtype == np.int64 and hits.scores.dtype == np.float32
     assert hits.indices.shape == hits.scores.shape == (25, 7)
     assert all(_descending(row) for row in hits.scores)
-    _assert_matches_brute_force(hits, passages, queries, 7, k1=k1, b=b, epsilon=epsilon)
+    _assert_matches_reference(hits, passages, queries, 7, k1=k1, b=b)
 
 
-def test_build_uses_title_and_text(facts: list[Passage]) -> None:
-    retriever = BM25Retriever.build(facts, k1=1.2, b=0.6)
+def test_k1_and_b_move_both_backends_alike(random_passages: MakePassages, random_queries: MakeQueries) -> None:
+    passages, queries = random_passages(60, 5), random_queries(10, 6)
+    results = {
+        (backend, k1, b): BM25Retriever.build(passages, SparseParams(backend=backend, k1=k1, b=b)).search(queries, 5)
+        for backend in BACKENDS
+        for k1, b in [(1.5, 0.75), (0.5, 0.75), (1.5, 0.2)]
+    }
+    for k1, b in [(0.5, 0.75), (1.5, 0.2)]:
+        fast, ref = results["bm25s", k1, b], results["rank_bm25", k1, b]
+        np.testing.assert_array_equal(fast.indices, ref.indices)
+        np.testing.assert_allclose(fast.scores, ref.scores, rtol=1e-6)
+        # The parameter really changed the scores.
+        assert not np.allclose(fast.scores, results["bm25s", 1.5, 0.75].scores)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_common_words_score_zero(backend: str) -> None:
+    # "river" is in 3 of 4 passages: its idf is negative and floored at 0 (rank_bm25's default
+    # epsilon=0.25 would give it a positive score instead).
+    passages = [Passage(str(i), "River", text) for i, text in enumerate(["delta", "bank", "comet"])]
+    passages.append(Passage("3", "Desert", "dune"))
+    hits = BM25Retriever.build(passages, SparseParams(backend=backend)).search(["river", "river comet"], k=4)
+    assert hits.indices.tolist() == [[0, 1, 2, 3], [2, 0, 1, 3]]
+    assert np.all(hits.scores[0] == 0)
+    assert hits.scores[1, 0] > 0 and np.all(hits.scores[1, 1:] == 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_build_uses_title_and_text(backend: str, facts: list[Passage]) -> None:
+    retriever = BM25Retriever.build(facts, SparseParams(backend=backend, k1=1.2, b=0.6))
     queries = ["Glacier train", "Bolero", "spectrometer geologists"]
-    _assert_matches_brute_force(retriever.search(queries, 3), facts, queries, 3, k1=1.2, b=0.6)
+    _assert_matches_reference(retriever.search(queries, 3), facts, queries, 3, k1=1.2, b=0.6)
 
 
-def test_distinctive_word_finds_its_passage(facts: list[Passage]) -> None:
-    retriever = BM25Retriever.build(facts)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_distinctive_word_finds_its_passage(backend: str, facts: list[Passage]) -> None:
+    retriever = BM25Retriever.build(facts, SparseParams(backend=backend))
     hits = retriever.search(["Which device has the code VX-1234?", "deepest freshwater lake"], k=3)
     assert facts[hits.indices[0, 0]].id == "fact-3"
     assert facts[hits.indices[1, 0]].title == "Lake Baikal"
     assert hits.scores[0, 0] > hits.scores[0, 1]
 
 
-def test_is_a_retriever(facts: list[Passage]) -> None:
+def test_is_a_retriever_with_bm25s_by_default(facts: list[Passage]) -> None:
     retriever: Retriever = BM25Retriever.build(facts)
     assert retriever.name == "sparse"
+    assert isinstance(retriever, BM25Retriever) and retriever.params == SparseParams(backend="bm25s")
+    assert retriever.num_passages == len(facts)
 
 
-def test_k_larger_than_corpus_pads_with_minus_one(facts: list[Passage]) -> None:
-    retriever = BM25Retriever.build(facts)
-    hits = retriever.search(["Ravel"], k=len(facts) + 2)
-    assert hits.indices.shape == (1, len(facts) + 2)
-    assert sorted(hits.indices[0, : len(facts)].tolist()) == list(range(len(facts)))
-    assert hits.indices[0, len(facts) :].tolist() == [-1, -1]
-    assert np.all(np.isneginf(hits.scores[0, len(facts) :]))
-    assert _descending(hits.scores[0])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_k_larger_than_corpus_pads_with_minus_one(backend: str, facts: list[Passage]) -> None:
+    retriever = BM25Retriever.build(facts, SparseParams(backend=backend))
+    hits = retriever.search(["Ravel", "zzzz"], k=len(facts) + 2)
+    assert hits.indices.shape == (2, len(facts) + 2)
+    for row in range(2):
+        assert sorted(hits.indices[row, : len(facts)].tolist()) == list(range(len(facts)))
+        assert hits.indices[row, len(facts) :].tolist() == [-1, -1]
+        assert np.all(np.isneginf(hits.scores[row, len(facts) :]))
+        assert _descending(hits.scores[row])
+    assert hits.indices[0, :2].tolist() == [0, 1]  # the two Ravel passages first, then zeros by row
+    assert hits.indices[0, 2:5].tolist() == [2, 3, 4]
 
 
-def test_ties_go_to_the_lower_row(random_passages: MakePassages) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ties_go_to_the_lower_row(backend: str, random_passages: MakePassages) -> None:
     same = Passage(id="x", title="Nebula", text="nebula")
     passages = random_passages(4, 0) + [same] * 3 + random_passages(4, 1) + [same] * 2
-    hits = BM25Retriever.build(passages).search(["nebula"], k=4)
+    hits = BM25Retriever.build(passages, SparseParams(backend=backend)).search(["nebula"], k=4)
     assert hits.indices[0].tolist() == [4, 5, 6, 11]
     assert hits.scores[0, 0] > 0 and len(set(hits.scores[0].tolist())) == 1
 
 
-def test_query_without_tokens_still_returns_k_rows(facts: list[Passage]) -> None:
-    hits = BM25Retriever.build(facts).search(["the of and", ""], k=2)
-    assert hits.indices.tolist() == [[0, 1], [0, 1]]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_query_without_known_tokens_returns_first_rows_at_zero(backend: str, facts: list[Passage]) -> None:
+    hits = BM25Retriever.build(facts, SparseParams(backend=backend)).search(["the of and", "", "xylophone"], k=2)
+    assert hits.indices.tolist() == [[0, 1], [0, 1], [0, 1]]
     assert np.all(hits.scores == 0)
 
 
-def test_no_queries(random_passages: MakePassages) -> None:
-    hits = BM25Retriever.build(random_passages(5, 0)).search([], k=3)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_queries(backend: str, random_passages: MakePassages) -> None:
+    hits = BM25Retriever.build(random_passages(5, 0), SparseParams(backend=backend)).search([], k=3)
     assert hits.indices.shape == hits.scores.shape == (0, 3)
 
 
-def test_save_load_round_trip(tmp_path: Path, random_passages: MakePassages, random_queries: MakeQueries) -> None:
-    passages = random_passages(40, 3)
-    queries = random_queries(10, 4)
-    original = BM25Retriever.build(passages, k1=1.1, b=0.5)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stemming_matches_word_forms(backend: str) -> None:
+    passages = [
+        Passage("a", "Ravel", "Maurice Ravel was born in Ciboure."),
+        Passage("b", "Etna", "Mount Etna erupts often."),
+        Passage("c", "Gutenberg", "Gutenberg founded a printing workshop."),
+    ]
+    stemmed = BM25Retriever.build(passages, SparseParams(backend=backend, stemming=True))
+    hits = stemmed.search(["borns", "founding", "eruption"], k=1)
+    assert hits.indices[:, 0].tolist() == [0, 2, 1] and np.all(hits.scores > 0)
+    plain = BM25Retriever.build(passages, SparseParams(backend=backend, stemming=False))
+    assert np.all(plain.search(["borns", "founding"], k=3).scores == 0)
+
+
+def test_stemming_without_pystemmer_names_the_install_line(
+    monkeypatch: pytest.MonkeyPatch, facts: list[Passage]
+) -> None:
+    monkeypatch.setitem(sys.modules, "Stemmer", None)  # makes `import Stemmer` fail
+    with pytest.raises(RetrievalError, match="pip install PyStemmer"):
+        BM25Retriever.build(facts, SparseParams(stemming=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_save_load_round_trip(
+    backend: str, tmp_path: Path, random_passages: MakePassages, random_queries: MakeQueries
+) -> None:
+    passages, queries = random_passages(40, 3), random_queries(10, 4)
+    params = SparseParams(backend=backend, k1=1.1, b=0.5, stemming=True)
+    original = BM25Retriever.build(passages, params)
     original.save(tmp_path / "bm25")
     assert not list((tmp_path / "bm25").glob("*.pkl"))
     loaded = BM25Retriever.load(tmp_path / "bm25")
-    assert (loaded.k1, loaded.b, loaded.epsilon, loaded.num_passages) == (1.1, 0.5, 0.25, 40)
+    assert (loaded.params, loaded.num_passages) == (params, 40)
+    assert BM25Retriever.load(tmp_path / "bm25", params).params == params
     before, after = original.search(queries, 5), loaded.search(queries, 5)
     np.testing.assert_array_equal(before.indices, after.indices)
     np.testing.assert_array_equal(before.scores, after.scores)
 
 
-def test_save_load_keeps_passages_without_tokens(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_load_takes_the_backend_from_meta(backend: str, tmp_path: Path, facts: list[Passage]) -> None:
+    BM25Retriever.build(facts, SparseParams(backend=backend)).save(tmp_path)
+    assert json.loads((tmp_path / "meta.json").read_text())["params"]["backend"] == backend
+    assert BM25Retriever.load(tmp_path).params.backend == backend
+    other = "rank_bm25" if backend == "bm25s" else "bm25s"
+    with pytest.raises(RetrievalError, match="params=None"):
+        BM25Retriever.load(tmp_path, SparseParams(backend=other))
+
+
+def test_bm25s_index_is_memory_mapped(tmp_path: Path, facts: list[Passage], monkeypatch: pytest.MonkeyPatch) -> None:
+    import bm25s
+
+    BM25Retriever.build(facts, SparseParams(backend="bm25s")).save(tmp_path)
+    calls: list[dict] = []
+    real_load = bm25s.BM25.load.__func__
+
+    def spy(cls, *args, **kwargs):
+        calls.append(kwargs)
+        return real_load(cls, *args, **kwargs)
+
+    monkeypatch.setattr(bm25s.BM25, "load", classmethod(spy))
+    BM25Retriever.load(tmp_path)
+    assert [c.get("mmap") for c in calls] == [True]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_save_load_keeps_passages_without_tokens(backend: str, tmp_path: Path) -> None:
     passages = [Passage("a", "The", "of the"), Passage("b", "Comet", "comet"), Passage("c", "River", "desert")]
-    BM25Retriever.build(passages).save(tmp_path)
+    BM25Retriever.build(passages, SparseParams(backend=backend)).save(tmp_path)
     loaded = BM25Retriever.load(tmp_path)
     assert loaded.num_passages == 3
     assert loaded.search(["comet"], 1).indices.tolist() == [[1]]
 
 
-def test_load_rejects_another_tokenizer_version(tmp_path: Path, random_passages: MakePassages) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"), [("tokenizer_version", "1"), ("format_version", 1), ("format", "rollout-bm25-tokens")]
+)
+def test_load_rejects_other_versions(tmp_path: Path, random_passages: MakePassages, field: str, value: object) -> None:
     BM25Retriever.build(random_passages(3, 0)).save(tmp_path)
     meta = json.loads((tmp_path / "meta.json").read_text())
-    (tmp_path / "meta.json").write_text(json.dumps({**meta, "tokenizer_version": "0"}))
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, field: value}))
     with pytest.raises(RetrievalError, match="rebuild"):
         BM25Retriever.load(tmp_path)
 
@@ -128,14 +229,35 @@ def test_load_from_missing_directory_says_how_to_build(tmp_path: Path) -> None:
         BM25Retriever.load(tmp_path / "nothing")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_load_with_missing_index_files_says_rebuild(backend: str, tmp_path: Path, facts: list[Passage]) -> None:
+    BM25Retriever.build(facts, SparseParams(backend=backend)).save(tmp_path)
+    for npy in tmp_path.glob("*.npy"):
+        npy.unlink()
+    with pytest.raises(RetrievalError, match="rebuild"):
+        BM25Retriever.load(tmp_path)
+
+
+def test_cache_params_name_everything_that_shapes_the_index() -> None:
+    base = BM25Retriever.cache_params(SparseParams())
+    assert base["backend"] == "bm25s" and base["k1"] == 1.5 and base["b"] == 0.75
+    assert {"stopwords", "stemming", "tokenizer_version"} <= set(base)
+    json.dumps(base)  # usable in a cache key
+    for change in ({"backend": "rank_bm25"}, {"k1": 1.2}, {"b": 0.5}, {"stopwords": False}, {"stemming": True}):
+        assert BM25Retriever.cache_params(SparseParams(**change)) != base
+    as_ints = BM25Retriever.cache_params(SparseParams(k1=1, b=1))
+    assert as_ints == BM25Retriever.cache_params(SparseParams(k1=1.0, b=1.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "corpus",
     [[], [Passage("a", "The", "of the and")]],
     ids=["empty", "only-stopwords"],
 )
-def test_unusable_corpus_is_an_error(corpus: list[Passage]) -> None:
+def test_unusable_corpus_is_an_error(backend: str, corpus: list[Passage]) -> None:
     with pytest.raises(RetrievalError, match="passage"):
-        BM25Retriever.build(corpus)
+        BM25Retriever.build(corpus, SparseParams(backend=backend))
 
 
 @pytest.mark.parametrize("k", [0, -1, 2.5, True])
@@ -149,6 +271,16 @@ def test_a_bare_string_is_not_a_batch(facts: list[Passage]) -> None:
         BM25Retriever.build(facts).search("Ravel", 3)
 
 
-def test_bad_parameters_name_the_usual_values(random_passages: MakePassages) -> None:
-    with pytest.raises(RetrievalError, match="1.5 and 0.75"):
-        BM25Retriever.build(random_passages(3, 0), b=1.5)
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (SparseParams(b=1.5), "1.5 and 0.75"),
+        (SparseParams(k1=-1.0), "1.5 and 0.75"),
+        (SparseParams(backend="lucene"), "rank_bm25"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_parameters_name_the_valid_values(
+    params: SparseParams, message: str, random_passages: MakePassages
+) -> None:
+    with pytest.raises(RetrievalError, match=message):
+        BM25Retriever.build(random_passages(3, 0), params)
