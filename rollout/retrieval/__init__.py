@@ -1,8 +1,8 @@
-"""Dense (sentence-transformers + faiss) and sparse (BM25) retrieval over a passage list.
+"""Dense (sentence-transformers + faiss), sparse (BM25) and hybrid (RRF) retrieval over a passage list.
 
-Every index implements `Retriever.search(queries, k) -> Hits`, where `Hits.indices` are row
-numbers into the passage list the index was built from. `load_or_build_indexes` caches
-indexes on disk keyed by corpus content and parameters.
+Every retriever implements `Retriever.search(queries, k) -> Hits`, where `Hits.indices` are
+row numbers into the passage list the index was built from. `load_or_build_indexes` caches
+indexes on disk keyed by corpus content and the parameters that shape them.
 """
 
 from rollout.retrieval.base import Hits, Retriever
@@ -10,16 +10,23 @@ from rollout.retrieval.cache import load_or_build_indexes
 from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import Encoder, TextEncoder
 from rollout.retrieval.errors import RetrievalError
+from rollout.retrieval.hybrid import HybridRetriever
+from rollout.retrieval.params import DenseParams, HybridParams, RetrievalParams, SparseParams
 from rollout.retrieval.sparse import BM25Retriever
 from rollout.retrieval.tokenizer import tokenize
 
 __all__ = [
     "BM25Retriever",
+    "DenseParams",
     "DenseRetriever",
     "Encoder",
     "Hits",
+    "HybridParams",
+    "HybridRetriever",
     "RetrievalError",
+    "RetrievalParams",
     "Retriever",
+    "SparseParams",
     "TextEncoder",
     "load_or_build_indexes",
     "tokenize",

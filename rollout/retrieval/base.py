@@ -28,7 +28,7 @@ class Retriever(Protocol):
     """Anything that ranks the passages of one corpus for text queries."""
 
     name: str
-    """Which kind of index this is: "dense" or "sparse"."""
+    """Which kind of retriever this is: "dense", "sparse" or "hybrid"."""
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """Return the k best passages for each query."""

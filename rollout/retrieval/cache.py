@@ -18,15 +18,16 @@ from rollout.retrieval.base import Retriever
 from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import Encoder, TextEncoder
 from rollout.retrieval.errors import RetrievalError
-from rollout.retrieval.sparse import DEFAULT_EPSILON, BM25Retriever
-from rollout.retrieval.tokenizer import TOKENIZER_VERSION
+from rollout.retrieval.hybrid import HybridRetriever
+from rollout.retrieval.params import DenseParams, RetrievalParams
+from rollout.retrieval.sparse import BM25Retriever
 
 logger = logging.getLogger(__name__)
 
-INDEX_KINDS: tuple[str, ...] = ("dense", "sparse")
-"""Index names `load_or_build_indexes` accepts, as the gateway's tools require them."""
+INDEX_KINDS: tuple[str, ...] = ("dense", "sparse", "hybrid")
+"""Retriever names `load_or_build_indexes` accepts; "hybrid" brings "dense" and "sparse" along."""
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _INFO = "cache_info.json"
 
 _R = TypeVar("_R", DenseRetriever, BM25Retriever)
@@ -48,22 +49,40 @@ def cache_key(kind: str, corpus_hash: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def dense_cache_params(params: DenseParams, encoder: TextEncoder) -> dict[str, Any]:
+    """What shapes the stored dense index: model, passage prefix, index type and HNSW build settings.
+
+    Query prefix and ef_search are left out on purpose: both apply at search time, and
+    changing them must not re-encode the corpus or rebuild the graph.
+    """
+    key: dict[str, Any] = {
+        "model_id": encoder.model_id,
+        "passage_prefix": encoder.passage_prefix,
+        "index": params.index,
+    }
+    if params.index == "hnsw":
+        key["hnsw_m"] = params.hnsw_m
+        key["ef_construction"] = params.ef_construction
+    return key
+
+
 def load_or_build_indexes(
     passages: Sequence[Passage],
     cache_dir: Path,
     *,
-    which: Iterable[str] = INDEX_KINDS,
+    which: Iterable[str],
+    params: RetrievalParams = RetrievalParams(),
     encoder: TextEncoder | None = None,
-    bm25_k1: float = 1.5,
-    bm25_b: float = 0.75,
+    corpus_path: str | Path | None = None,
 ) -> dict[str, Retriever]:
-    """Return the requested retrievers, loading each from `cache_dir` or building and caching it.
+    """Return the requested retrievers, loading each index from `cache_dir` or building and caching it.
 
-    A cache directory is named `<kind>-<first 16 hex of the key>`; the key covers the corpus
-    (ids and contents) and the parameters that shape the stored index: model id and passage
-    prefix for dense; k1, b, epsilon and tokenizer version for sparse. The query prefix is left out on
-    purpose: it is applied at search time and changing it must not re-encode the corpus.
-    With no `encoder`, the bundled all-MiniLM-L6-v2 is loaded when "dense" is requested.
+    `which` holds some of "dense", "sparse" and "hybrid"; "hybrid" fuses a dense and a sparse
+    index, so it returns all three. A cache directory is named `<kind>-<first 16 hex of the
+    key>`; the key covers the corpus (ids and contents) and `dense_cache_params` or
+    `BM25Retriever.cache_params`. With `params.dense.index_path` set, the dense index is that
+    file (not cached). With no `encoder`, one is loaded from `params.dense` only when needed.
+    `corpus_path` only names the corpus file in error messages.
     """
     kinds = _check_which(which)
     if len(passages) == 0:
@@ -72,34 +91,60 @@ def load_or_build_indexes(
     cache_dir.mkdir(parents=True, exist_ok=True)
     corpus_hash = corpus_fingerprint(passages)
     retrievers: dict[str, Retriever] = {}
-    for kind in kinds:
-        if kind == "dense":
-            enc = Encoder() if encoder is None else encoder
-            params: dict[str, Any] = {"model_id": enc.model_id, "passage_prefix": enc.passage_prefix}
-            retrievers[kind] = _load_or_build(
-                cache_dir / f"dense-{cache_key(kind, corpus_hash, params)[:16]}",
-                kind,
-                params,
-                len(passages),
-                build=lambda: DenseRetriever.build(passages, encoder=enc),
-                load=lambda path: DenseRetriever.load(path, encoder=enc),
-            )
-        else:
-            params = {
-                "k1": float(bm25_k1),
-                "b": float(bm25_b),
-                "epsilon": DEFAULT_EPSILON,
-                "tokenizer_version": TOKENIZER_VERSION,
-            }
-            retrievers[kind] = _load_or_build(
-                cache_dir / f"sparse-{cache_key(kind, corpus_hash, params)[:16]}",
-                kind,
-                params,
-                len(passages),
-                build=lambda: BM25Retriever.build(passages, k1=bm25_k1, b=bm25_b),
-                load=BM25Retriever.load,
-            )
+    if "dense" in kinds:
+        enc = _make_encoder(params.dense) if encoder is None else encoder
+        retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path)
+    if "sparse" in kinds:
+        sparse_params = BM25Retriever.cache_params(params.sparse)
+        retrievers["sparse"] = _load_or_build(
+            cache_dir / f"sparse-{cache_key('sparse', corpus_hash, sparse_params)[:16]}",
+            "sparse",
+            sparse_params,
+            len(passages),
+            build=lambda: BM25Retriever.build(passages, params.sparse),
+            load=lambda path: BM25Retriever.load(path, params.sparse),
+        )
+    if "hybrid" in kinds:
+        retrievers["hybrid"] = HybridRetriever(
+            retrievers["dense"],
+            retrievers["sparse"],
+            rrf_k=params.hybrid.rrf_k,
+            candidates=params.hybrid.candidates,
+        )
     return retrievers
+
+
+def _make_encoder(params: DenseParams) -> TextEncoder:
+    return Encoder.from_params(params)
+
+
+def _dense(
+    passages: Sequence[Passage],
+    cache_dir: Path,
+    corpus_hash: str,
+    params: DenseParams,
+    encoder: TextEncoder,
+    corpus_path: str | Path | None,
+) -> DenseRetriever:
+    if params.index_path is not None:
+        started = time.perf_counter()
+        retriever = DenseRetriever.from_existing_index(
+            params.index_path, passages, encoder=encoder, params=params, corpus_path=corpus_path
+        )
+        logger.info(
+            "loaded dense index (%d passages) from existing file %s in %.2f s",
+            retriever.num_passages, params.index_path, time.perf_counter() - started,
+        )
+        return retriever
+    key_params = dense_cache_params(params, encoder)
+    return _load_or_build(
+        cache_dir / f"dense-{params.index}-{cache_key('dense', corpus_hash, key_params)[:16]}",
+        "dense",
+        key_params,
+        len(passages),
+        build=lambda: DenseRetriever.build(passages, encoder=encoder, params=params),
+        load=lambda path: DenseRetriever.load(path, encoder=encoder, params=params),
+    )
 
 
 def _check_which(which: Iterable[str]) -> list[str]:
@@ -111,6 +156,8 @@ def _check_which(which: Iterable[str]) -> list[str]:
         raise RetrievalError(f"unknown index kind(s) {unknown}; choose from {list(INDEX_KINDS)}")
     if not kinds:
         raise RetrievalError(f"no index requested; pass which= with some of {list(INDEX_KINDS)}")
+    if "hybrid" in kinds:
+        kinds += [k for k in ("dense", "sparse") if k not in kinds]
     return kinds
 
 

@@ -1,9 +1,14 @@
-"""Dense index: encoder vectors in a faiss IndexFlatIP (inner product of unit vectors = cosine)."""
+"""Dense index: unit-length encoder vectors in faiss, exact (`IndexFlatIP`) or graph (`IndexHNSWFlat`).
+
+Inner product of L2-normalised vectors is cosine similarity, so both index types rank by
+cosine; HNSW trades a little recall for speed through `ef_search`.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,9 +17,10 @@ import faiss
 import numpy as np
 
 from rollout.data.records import Passage
-from rollout.retrieval.base import Hits, check_k, empty_hits
+from rollout.retrieval.base import PAD_INDEX, PAD_SCORE, Hits, check_k, empty_hits
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.errors import RetrievalError
+from rollout.retrieval.params import DenseParams
 
 logger = logging.getLogger(__name__)
 
@@ -22,56 +28,194 @@ logger = logging.getLogger(__name__)
 # machine flat search of small batches is ~10x faster through BLAS.
 faiss.cvar.distance_compute_blas_threshold = 1
 
-_FORMAT = "rollout-faiss-flat-ip"
-_FORMAT_VERSION = 1
+_FORMAT = "rollout-faiss-dense"
+_FORMAT_VERSION = 2
 _META = "meta.json"
 _INDEX = "index.faiss"
+_PROGRESS_MIN_PASSAGES = 1000
+"""Show the encoder's progress bar from this many passages on."""
+_UNIT_NORM_TOLERANCE = 1e-3
+
+# Tried in order. IO_FLAG_MMAP_IFC maps flat vector storage (Flat, HNSW's storage) in place;
+# IO_FLAG_MMAP alone maps only IVF lists. Files neither can map are read into memory.
+_READ_FLAGS: tuple[int, ...] = tuple(
+    getattr(faiss, flag) | faiss.IO_FLAG_READ_ONLY
+    for flag in ("IO_FLAG_MMAP_IFC", "IO_FLAG_MMAP")
+    if hasattr(faiss, flag)
+)
 
 
 class DenseRetriever:
-    """Exact cosine search: queries encoded on the fly, passages pre-encoded in a flat index."""
+    """Cosine search over pre-encoded passages; text queries are encoded on the fly.
+
+    `encoder` may be None for an index searched only through `search_vectors`.
+    """
 
     name = "dense"
 
-    def __init__(self, index: faiss.Index, encoder: TextEncoder) -> None:
-        if index.d != encoder.dimension:
+    def __init__(self, index: faiss.Index, encoder: TextEncoder | None, *, ef_search: int | None = None) -> None:
+        if encoder is not None and index.d != encoder.dimension:
             raise RetrievalError(
                 f"the index holds {index.d}-d vectors but encoder {encoder.model_id!r} makes "
                 f"{encoder.dimension}-d ones; use the encoder the index was built with, or rebuild the index"
             )
+        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise RetrievalError(
+                "the faiss index does not use inner-product similarity (metric "
+                f"{index.metric_type}); build it with faiss.METRIC_INNER_PRODUCT over L2-normalised vectors"
+            )
         self._index = index
         self.encoder = encoder
+        self._hnsw = _find_hnsw(index)
+        if ef_search is not None:
+            self.ef_search = ef_search
 
     @classmethod
-    def build(cls, passages: Sequence[Passage], *, encoder: TextEncoder) -> DenseRetriever:
-        """Encode every passage's contents and add the vectors to a new flat index."""
+    def build(
+        cls, passages: Sequence[Passage], *, encoder: TextEncoder, params: DenseParams = DenseParams()
+    ) -> DenseRetriever:
+        """Encode every passage's contents (title and text) and index the vectors."""
         if len(passages) == 0:
             raise RetrievalError("cannot build a dense index over an empty corpus; pass at least one passage")
-        vectors = encoder.encode_passages([p.contents for p in passages])
+        started = time.perf_counter()
+        vectors = encoder.encode_passages(
+            [p.contents for p in passages], show_progress=len(passages) >= _PROGRESS_MIN_PASSAGES
+        )
         if vectors.shape != (len(passages), encoder.dimension):
             raise RetrievalError(
                 f"encoder {encoder.model_id!r} returned shape {vectors.shape} for {len(passages)} passages; "
                 f"expected ({len(passages)}, {encoder.dimension})"
             )
-        index = faiss.IndexFlatIP(encoder.dimension)
-        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-        return cls(index, encoder)
+        encoded = time.perf_counter()
+        retriever = cls.from_vectors(vectors, encoder=encoder, params=params)
+        logger.debug(
+            "encoded %d passages in %.2f s, built a %s index in %.2f s",
+            len(passages), encoded - started, params.index, time.perf_counter() - encoded,
+        )
+        return retriever
+
+    @classmethod
+    def from_vectors(
+        cls, vectors: np.ndarray, *, encoder: TextEncoder | None, params: DenseParams = DenseParams()
+    ) -> DenseRetriever:
+        """Index precomputed passage vectors (row i = passage i); each row must have unit length."""
+        _check_params(params)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] == 0:
+            raise RetrievalError(f"expected a non-empty (n_passages, dimension) matrix, got shape {vectors.shape}")
+        norms = np.linalg.norm(vectors, axis=1)
+        if not np.all(np.abs(norms - 1.0) <= _UNIT_NORM_TOLERANCE):
+            worst = int(np.argmax(np.abs(norms - 1.0)))
+            raise RetrievalError(
+                f"passage vector {worst} has norm {norms[worst]:.4f}; inner product ranks by cosine only for "
+                "unit vectors: normalise the rows (faiss.normalize_L2) or encode with normalize_embeddings=True"
+            )
+        dimension = int(vectors.shape[1])
+        if params.index == "hnsw":
+            index = faiss.IndexHNSWFlat(dimension, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = params.ef_construction
+        else:
+            index = faiss.IndexFlatIP(dimension)
+        index.add(vectors)
+        return cls(index, encoder, ef_search=params.ef_search)
+
+    @classmethod
+    def from_existing_index(
+        cls,
+        index_path: str | Path,
+        passages: Sequence[Passage],
+        *,
+        encoder: TextEncoder,
+        params: DenseParams = DenseParams(),
+        corpus_path: str | Path | None = None,
+    ) -> DenseRetriever:
+        """Serve a faiss index file built elsewhere (FlashRAG / Search-R1 layout: row i = passage i).
+
+        The file is memory-mapped read-only where its type allows. A vector count other than
+        the number of passages, or a width other than the encoder's, is an error: rows would
+        point at the wrong passages. `corpus_path` only names the corpus in error messages.
+        """
+        index_path = Path(index_path)
+        corpus = f"corpus {corpus_path}" if corpus_path is not None else "the corpus"
+        if not index_path.is_file():
+            raise RetrievalError(
+                f"no faiss index file at {index_path}; fix retriever.dense.index_path, or unset it to build "
+                "a dense index from the corpus"
+            )
+        index = _read_index(index_path)
+        if index.ntotal != len(passages):
+            raise RetrievalError(
+                f"faiss index {index_path} holds {index.ntotal} vectors but {corpus} has {len(passages)} "
+                "passages; row i of the index must be passage i of the corpus: use the corpus file the index "
+                "was built from, or unset retriever.dense.index_path to build an index for this corpus"
+            )
+        if index.d != encoder.dimension:
+            raise RetrievalError(
+                f"faiss index {index_path} holds {index.d}-d vectors but encoder {encoder.model_id!r} makes "
+                f"{encoder.dimension}-d ones (for {corpus}); set retriever.dense.encoder (and its query_prefix) "
+                "to the model that built the index, e.g. intfloat/e5-base-v2 with 'query: '"
+            )
+        retriever = cls(index, encoder, ef_search=params.ef_search)
+        logger.debug("serving existing %s index %s", type(faiss.downcast_index(index)).__name__, index_path)
+        return retriever
 
     @property
     def num_passages(self) -> int:
         return int(self._index.ntotal)
 
+    @property
+    def dimension(self) -> int:
+        return int(self._index.d)
+
+    @property
+    def index_type(self) -> str:
+        """"hnsw" when the index searches an HNSW graph, else "flat" (or another exact/IVF type)."""
+        return "hnsw" if self._hnsw is not None else "flat"
+
+    @property
+    def ef_search(self) -> int | None:
+        """HNSW search breadth (higher = better recall, slower); None for other index types."""
+        return None if self._hnsw is None else int(self._hnsw.hnsw.efSearch)
+
+    @ef_search.setter
+    def ef_search(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise RetrievalError(f"ef_search must be a positive integer, got {value!r}; the default is 128")
+        if self._hnsw is not None:
+            self._hnsw.hnsw.efSearch = int(value)
+
     def search(self, queries: Sequence[str], k: int) -> Hits:
-        """Return the k passages with the highest cosine similarity to each query."""
+        """Encode all queries in one batch, then rank passages by cosine in one faiss search."""
         check_k(k)
         if isinstance(queries, str):
             raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-        hits = empty_hits(len(queries), k)
+        if self.encoder is None:
+            raise RetrievalError(
+                "this dense index has no encoder, so it cannot encode text queries; pass encoder= when "
+                "building or loading it, or call search_vectors with precomputed query vectors"
+            )
+        if len(queries) == 0:
+            return empty_hits(0, k)
+        return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
+        """Rank passages for precomputed query vectors (float32 (n, dimension), unit rows)."""
+        check_k(k)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
+            raise RetrievalError(
+                f"query vectors must have shape (n_queries, {self.dimension}), got {vectors.shape}; "
+                "encode them with the encoder that built the index"
+            )
+        hits = empty_hits(len(vectors), k)
         take = min(k, self.num_passages)
-        if len(queries) == 0 or take == 0:
+        if len(vectors) == 0 or take == 0:
             return hits
-        vectors = np.ascontiguousarray(self.encoder.encode_queries(list(queries)), dtype=np.float32)
         scores, indices = self._index.search(vectors, take)
+        # HNSW may find fewer than `take` rows; faiss marks them -1 beside -FLT_MAX.
+        missing = indices < 0
+        indices[missing] = PAD_INDEX
+        scores[missing] = PAD_SCORE
         hits.indices[:, :take] = indices
         hits.scores[:, :take] = scores
         return hits
@@ -84,16 +228,22 @@ class DenseRetriever:
         meta: dict[str, Any] = {
             "format": _FORMAT,
             "format_version": _FORMAT_VERSION,
-            "model_id": self.encoder.model_id,
-            "passage_prefix": self.encoder.passage_prefix,
-            "dimension": int(self._index.d),
+            "index": self.index_type,
+            "model_id": None if self.encoder is None else self.encoder.model_id,
+            "passage_prefix": None if self.encoder is None else self.encoder.passage_prefix,
+            "dimension": self.dimension,
             "num_passages": self.num_passages,
         }
+        if self._hnsw is not None:
+            meta["hnsw_m"] = int(self._hnsw.hnsw.nb_neighbors(1))
+            meta["ef_construction"] = int(self._hnsw.hnsw.efConstruction)
         (path / _META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path, *, encoder: TextEncoder) -> DenseRetriever:
-        """Read a directory written by `save`; `encoder` must be the model that built it."""
+    def load(
+        cls, path: Path, *, encoder: TextEncoder | None, params: DenseParams = DenseParams()
+    ) -> DenseRetriever:
+        """Read a directory written by `save` (memory-mapped); `params.ef_search` applies to HNSW."""
         path = Path(path)
         meta_path = path / _META
         if not meta_path.is_file():
@@ -106,13 +256,50 @@ class DenseRetriever:
                 f"{path} holds format {meta.get('format')!r} v{meta.get('format_version')}, this code reads "
                 f"{_FORMAT!r} v{_FORMAT_VERSION}; delete the directory and rebuild the index"
             )
-        if meta.get("model_id") != encoder.model_id or meta.get("passage_prefix") != encoder.passage_prefix:
-            # Same weights can sit at another path, so this is not fatal; the width check below is.
+        built_with = (meta.get("model_id"), meta.get("passage_prefix"))
+        querying_with = None if encoder is None else (encoder.model_id, encoder.passage_prefix)
+        # An index built from precomputed vectors records no model, so there is nothing to compare.
+        if querying_with is not None and built_with[0] is not None and built_with != querying_with:
+            # Same weights can sit at another path, so this is not fatal; the width check is.
             logger.warning(
                 "dense index at %s was built with model %r (passage prefix %r), querying with %r (prefix %r)",
-                path, meta.get("model_id"), meta.get("passage_prefix"), encoder.model_id, encoder.passage_prefix,
+                path, *built_with, *querying_with,
             )
-        index = faiss.read_index(str(path / _INDEX))
+        index = _read_index(path / _INDEX)
         if index.ntotal != meta.get("num_passages"):
             raise RetrievalError(f"dense index at {path} is inconsistent with its {_META}; delete it and rebuild")
-        return cls(index, encoder)
+        return cls(index, encoder, ef_search=params.ef_search)
+
+
+def _check_params(params: DenseParams) -> None:
+    if params.index not in ("flat", "hnsw"):
+        raise RetrievalError(f"retriever.dense.index={params.index!r}: use flat or hnsw")
+    for field in ("hnsw_m", "ef_construction", "ef_search"):
+        value = getattr(params, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RetrievalError(f"retriever.dense.{field}={value!r}: use a positive integer")
+
+
+def _read_index(path: Path) -> faiss.Index:
+    """Memory-map the file read-only where faiss can, else read it into memory."""
+    for flags in _READ_FLAGS:
+        try:
+            return faiss.read_index(str(path), flags)
+        except RuntimeError as e:
+            logger.debug("cannot map %s with io flags %#x (%s)", path, flags, e)
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as e:
+        raise RetrievalError(f"cannot read faiss index {path} ({e}); check that it is a faiss index file") from e
+
+
+def _find_hnsw(index: faiss.Index) -> faiss.IndexHNSW | None:
+    """The HNSW index inside `index` (itself, or wrapped in an id map or transform), if any."""
+    index = faiss.downcast_index(index)
+    while True:
+        if isinstance(index, faiss.IndexHNSW):
+            return index
+        inner = getattr(index, "index", None)
+        if not isinstance(index, (faiss.IndexIDMap, faiss.IndexPreTransform)) or inner is None:
+            return None
+        index = faiss.downcast_index(inner)

@@ -9,6 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from rollout.retrieval.errors import RetrievalError
+from rollout.retrieval.params import DenseParams
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,17 @@ class Encoder:
             )
         self.dimension = int(dimension)
         logger.debug("loaded encoder %s (%d-d) on %s", self.model_id, self.dimension, device)
+
+    @classmethod
+    def from_params(cls, params: DenseParams, *, device: str = "cpu") -> Encoder:
+        """The encoder `params` names (None = bundled model), with its prefixes and batch size."""
+        return cls(
+            params.encoder,
+            query_prefix=params.query_prefix,
+            passage_prefix=params.passage_prefix,
+            batch_size=params.batch_size,
+            device=device,
+        )
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Encode queries with `query_prefix`; float32 (n, dimension), unit rows."""

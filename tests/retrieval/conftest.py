@@ -25,9 +25,6 @@ FACTS: list[tuple[str, str]] = [
     ("Marathon", "The marathon distance was fixed at 42.195 kilometres in 1921."),
 ]
 
-
-
-
 _WORDS = (
     "river castle engine apple violin harbor desert comet forest copper lantern meadow "
     "glacier orchard pilot quartz saddle temple tundra velvet willow yacht zebra anchor"
@@ -47,6 +44,12 @@ def _random_passages(n: int, seed: int) -> list[Passage]:
 def _random_queries(n: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     return [" ".join(rng.choice(_WORDS, size=int(rng.integers(1, 5)))) for _ in range(n)]
+
+
+def _unit_vectors(n: int, dimension: int, seed: int) -> np.ndarray:
+    """Random float32 rows of length one, for index tests that need no encoder."""
+    vectors = np.random.default_rng(seed).standard_normal((n, dimension)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +74,9 @@ def random_passages() -> Callable[[int, int], list[Passage]]:
 def random_queries() -> Callable[[int, int], list[str]]:
     """Factory `(n, seed)` for queries of one to four words from the same vocabulary."""
     return _random_queries
+
+
+@pytest.fixture
+def unit_vectors() -> Callable[[int, int, int], np.ndarray]:
+    """Factory `(n, dimension, seed)` for random unit-length float32 rows."""
+    return _unit_vectors

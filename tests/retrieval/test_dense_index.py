@@ -8,10 +8,20 @@ import numpy as np
 import pytest
 
 from rollout.data.records import Passage
-from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder, RetrievalError, Retriever
+from rollout.retrieval import (
+    BM25Retriever,
+    DenseParams,
+    DenseRetriever,
+    Encoder,
+    RetrievalError,
+    Retriever,
+    SparseParams,
+)
 
 MakePassages = Callable[[int, int], list[Passage]]
 MakeQueries = Callable[[int, int], list[str]]
+MakeVectors = Callable[[int, int, int], np.ndarray]
+HNSW = DenseParams(index="hnsw")
 
 
 class FixedWidthEncoder:
@@ -92,7 +102,7 @@ def test_paraphrase_ranks_the_right_passage_first(encoder: Encoder, facts: list[
     assert facts[hits.indices[0, 1]].title == "Bolero"
     assert facts[hits.indices[1, 0]].title == "Penicillin"
     # The second query shares no word with its passage, which BM25 cannot score at all.
-    sparse = BM25Retriever.build(facts).search(["who discovered antibiotics"], k=len(facts))
+    sparse = BM25Retriever.build(facts, SparseParams()).search(["who discovered antibiotics"], k=len(facts))
     sparse_scores = dict(zip(sparse.indices[0].tolist(), sparse.scores[0].tolist(), strict=True))
     assert sparse_scores[int(hits.indices[1, 0])] == 0
 
@@ -141,3 +151,82 @@ def test_empty_corpus_is_an_error() -> None:
 
 def test_importing_lowers_the_blas_threshold() -> None:
     assert faiss.cvar.distance_compute_blas_threshold == 1
+
+
+def _recall_at_10(reference: np.ndarray, found: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(reference.tolist(), found.tolist(), strict=True)]))
+
+
+def test_flat_search_vectors_equals_numpy_brute_force(unit_vectors: MakeVectors) -> None:
+    passages, queries = unit_vectors(500, 32, 1), unit_vectors(40, 32, 2)
+    retriever = DenseRetriever.from_vectors(passages, encoder=None)
+    assert retriever.index_type == "flat" and retriever.ef_search is None
+    hits = retriever.search_vectors(queries, k=10)
+    sims = queries @ passages.T
+    expected = np.argsort(-sims, axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(hits.indices, expected)
+    np.testing.assert_allclose(hits.scores, np.take_along_axis(sims, expected, axis=1), atol=1e-5)
+
+
+def test_hnsw_recall_against_flat_and_ef_search_applies(unit_vectors: MakeVectors) -> None:
+    passages, queries = unit_vectors(3000, 64, 3), unit_vectors(200, 64, 4)
+    exact = DenseRetriever.from_vectors(passages, encoder=None).search_vectors(queries, 10).indices
+    hnsw = DenseRetriever.from_vectors(passages, encoder=None, params=HNSW)
+    assert hnsw.index_type == "hnsw" and hnsw.ef_search == HNSW.ef_search == 128
+    assert _recall_at_10(exact, hnsw.search_vectors(queries, 10).indices) >= 0.95
+    # A narrow search misses neighbours on these high-dimensional random vectors.
+    hnsw.ef_search = 10
+    assert hnsw.ef_search == 10
+    assert _recall_at_10(exact, hnsw.search_vectors(queries, 10).indices) < 0.9
+
+
+def test_hnsw_save_load_keeps_the_graph_and_takes_ef_search_from_params(
+    tmp_path: Path, unit_vectors: MakeVectors
+) -> None:
+    passages, queries = unit_vectors(400, 16, 5), unit_vectors(10, 16, 6)
+    built = DenseRetriever.from_vectors(passages, encoder=None, params=DenseParams(index="hnsw", hnsw_m=8))
+    built.save(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert (meta["index"], meta["hnsw_m"], meta["ef_construction"]) == ("hnsw", 8, 200)
+    loaded = DenseRetriever.load(tmp_path, encoder=None, params=DenseParams(ef_search=40))
+    assert loaded.index_type == "hnsw" and loaded.ef_search == 40
+    built.ef_search = 40
+    np.testing.assert_array_equal(built.search_vectors(queries, 5).indices, loaded.search_vectors(queries, 5).indices)
+
+
+def test_hnsw_index_answers_text_queries(encoder: Encoder, facts: list[Passage]) -> None:
+    flat = DenseRetriever.build(facts, encoder=encoder)
+    hnsw = DenseRetriever.build(facts, encoder=encoder, params=HNSW)
+    queries = ["deepest lake", "who printed books"]
+    np.testing.assert_array_equal(hnsw.search(queries, 3).indices, flat.search(queries, 3).indices)
+    hits = hnsw.search(queries, 20)
+    assert np.all(hits.indices[:, 12:] == -1) and np.all(np.isneginf(hits.scores[:, 12:]))
+
+
+def test_search_vectors_checks_the_width(unit_vectors: MakeVectors) -> None:
+    retriever = DenseRetriever.from_vectors(unit_vectors(5, 8, 0), encoder=None)
+    with pytest.raises(RetrievalError, match=r"shape \(n_queries, 8\)"):
+        retriever.search_vectors(unit_vectors(2, 4, 0), 3)
+
+
+def test_text_search_without_an_encoder_says_what_to_do(unit_vectors: MakeVectors) -> None:
+    retriever = DenseRetriever.from_vectors(unit_vectors(5, 8, 0), encoder=None)
+    with pytest.raises(RetrievalError, match="search_vectors"):
+        retriever.search(["anything"], 3)
+
+
+def test_vectors_that_are_not_unit_length_are_refused() -> None:
+    with pytest.raises(RetrievalError, match="normalize_L2"):
+        DenseRetriever.from_vectors(np.ones((3, 4), dtype=np.float32), encoder=None)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (DenseParams(index="ivf"), "use flat or hnsw"),  # type: ignore[arg-type]
+        (DenseParams(index="hnsw", hnsw_m=0), "hnsw_m=0"),
+    ],
+)
+def test_bad_params_name_the_setting(unit_vectors: MakeVectors, params: DenseParams, message: str) -> None:
+    with pytest.raises(RetrievalError, match=message):
+        DenseRetriever.from_vectors(unit_vectors(5, 8, 0), encoder=None, params=params)

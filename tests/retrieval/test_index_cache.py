@@ -1,17 +1,29 @@
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
 from rollout.data.records import Passage
-from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder, RetrievalError, load_or_build_indexes
+from rollout.retrieval import (
+    BM25Retriever,
+    DenseParams,
+    DenseRetriever,
+    Encoder,
+    HybridParams,
+    HybridRetriever,
+    RetrievalError,
+    RetrievalParams,
+    SparseParams,
+    load_or_build_indexes,
+)
 from rollout.retrieval import cache as cache_module
 from rollout.retrieval.cache import corpus_fingerprint
 
-MakeQueries = Callable[[int, int], list[str]]
 QUERIES = ["birthplace of Ravel", "VX-1234 spectrometer", "deepest lake", "train in the Alps"]
+HNSW = RetrievalParams(dense=DenseParams(index="hnsw"))
 
 
 class CountingEncoder:
@@ -42,7 +54,7 @@ def test_second_call_loads_without_encoding_the_corpus(
 ) -> None:
     caplog.set_level(logging.INFO, logger="rollout.retrieval.cache")
     first_encoder = CountingEncoder(encoder)
-    first = load_or_build_indexes(facts, tmp_path, encoder=first_encoder)
+    first = load_or_build_indexes(facts, tmp_path, which=["dense", "sparse"], encoder=first_encoder)
     assert first_encoder.passage_calls == 1
     assert isinstance(first["dense"], DenseRetriever) and isinstance(first["sparse"], BM25Retriever)
     assert [r.message.split()[0] for r in caplog.records] == ["built", "built"]
@@ -50,9 +62,8 @@ def test_second_call_loads_without_encoding_the_corpus(
 
     caplog.clear()
     second_encoder = CountingEncoder(encoder)
-    second = load_or_build_indexes(facts, tmp_path, encoder=second_encoder)
+    second = load_or_build_indexes(facts, tmp_path, which=["dense", "sparse"], encoder=second_encoder)
     assert second_encoder.passage_calls == 0
-    assert first_encoder.passage_calls == 1
     assert [r.message.split()[0] for r in caplog.records] == ["loaded", "loaded"]
     for kind in ("dense", "sparse"):
         before, after = first[kind].search(QUERIES, 5), second[kind].search(QUERIES, 5)
@@ -60,12 +71,46 @@ def test_second_call_loads_without_encoding_the_corpus(
         np.testing.assert_array_equal(before.scores, after.scores)
 
 
+def test_hybrid_brings_dense_and_sparse_along(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+    params = RetrievalParams(hybrid=HybridParams(rrf_k=10, candidates=7))
+    counting = CountingEncoder(encoder)
+    retrievers = load_or_build_indexes(facts, tmp_path, which=["hybrid"], params=params, encoder=counting)
+    assert list(retrievers) == ["dense", "sparse", "hybrid"]
+    hybrid = retrievers["hybrid"]
+    assert isinstance(hybrid, HybridRetriever) and (hybrid.rrf_k, hybrid.candidates) == (10, 7)
+    assert hybrid.dense is retrievers["dense"] and hybrid.sparse is retrievers["sparse"]
+    assert counting.passage_calls == 1 and len(_dirs(tmp_path)) == 2
+    assert facts[hybrid.search(["VX-1234 spectrometer"], 1).indices[0, 0]].title == "Device VX-1234"
+
+
+def test_flat_and_hnsw_get_their_own_entries(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+    counting = CountingEncoder(encoder)
+    flat = load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=counting)["dense"]
+    hnsw = load_or_build_indexes(facts, tmp_path, which=["dense"], params=HNSW, encoder=counting)["dense"]
+    assert counting.passage_calls == 2
+    assert (flat.index_type, hnsw.index_type) == ("flat", "hnsw")
+    assert [d.split("-")[:2] for d in _dirs(tmp_path)] == [["dense", "flat"], ["dense", "hnsw"]]
+    # HNSW build settings shape the graph, so they select another entry.
+    other_m = RetrievalParams(dense=DenseParams(index="hnsw", hnsw_m=8))
+    load_or_build_indexes(facts, tmp_path, which=["dense"], params=other_m, encoder=counting)
+    assert counting.passage_calls == 3 and len(_dirs(tmp_path)) == 3
+
+
+def test_changing_ef_search_loads_the_same_graph(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+    counting = CountingEncoder(encoder)
+    load_or_build_indexes(facts, tmp_path, which=["dense"], params=HNSW, encoder=counting)
+    wider = RetrievalParams(dense=DenseParams(index="hnsw", ef_search=300))
+    dense = load_or_build_indexes(facts, tmp_path, which=["dense"], params=wider, encoder=counting)["dense"]
+    assert counting.passage_calls == 1 and len(_dirs(tmp_path)) == 1
+    assert isinstance(dense, DenseRetriever) and dense.ef_search == 300
+
+
 def test_changed_corpus_gets_a_new_cache_entry(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
     counting = CountingEncoder(encoder)
-    load_or_build_indexes(facts, tmp_path, encoder=counting)
+    load_or_build_indexes(facts, tmp_path, which=["dense", "sparse"], encoder=counting)
     original = _dirs(tmp_path)
     edited = facts[:-1] + [Passage(facts[-1].id, facts[-1].title, facts[-1].text + " Edited.")]
-    retrievers = load_or_build_indexes(edited, tmp_path, encoder=counting)
+    retrievers = load_or_build_indexes(edited, tmp_path, which=["dense", "sparse"], encoder=counting)
     assert counting.passage_calls == 2
     assert len(_dirs(tmp_path)) == 4 and set(original) < set(_dirs(tmp_path))
     assert retrievers["sparse"].search(["edited"], 1).indices.tolist() == [[len(facts) - 1]]
@@ -83,9 +128,8 @@ def test_fingerprint_sees_ids_contents_and_order(facts: list[Passage]) -> None:
 
 
 def test_parameters_select_their_own_entries(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
-    load_or_build_indexes(facts, tmp_path, which=["sparse"])
-    load_or_build_indexes(facts, tmp_path, which=["sparse"], bm25_k1=1.2)
-    load_or_build_indexes(facts, tmp_path, which=["sparse"], bm25_b=0.5)
+    for sparse in (SparseParams(), SparseParams(k1=1.2), SparseParams(b=0.5)):
+        load_or_build_indexes(facts, tmp_path, which=["sparse"], params=RetrievalParams(sparse=sparse))
     assert len(_dirs(tmp_path)) == 3
 
     plain = CountingEncoder(encoder)
@@ -101,45 +145,81 @@ def test_parameters_select_their_own_entries(tmp_path: Path, encoder: Encoder, f
     assert len([d for d in _dirs(tmp_path) if d.startswith("dense-")]) == 2
 
 
+def test_the_encoder_comes_from_params_when_not_given(
+    tmp_path: Path, encoder: Encoder, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[DenseParams] = []
+
+    def make_encoder(params: DenseParams) -> CountingEncoder:
+        asked.append(params)
+        return CountingEncoder(encoder, passage_prefix=params.passage_prefix)
+
+    monkeypatch.setattr(cache_module, "_make_encoder", make_encoder)
+    dense_params = DenseParams(passage_prefix="passage: ", batch_size=8)
+    load_or_build_indexes(facts, tmp_path, which=["dense"], params=RetrievalParams(dense=dense_params))
+    assert asked == [dense_params]
+
+
 def test_sparse_only_never_loads_an_encoder(
     tmp_path: Path, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_encoder() -> None:
+    def no_encoder(params: DenseParams) -> None:
         raise AssertionError("the encoder must not be loaded for a sparse-only request")
 
-    monkeypatch.setattr(cache_module, "Encoder", no_encoder)
+    monkeypatch.setattr(cache_module, "_make_encoder", no_encoder)
     retrievers = load_or_build_indexes(facts, tmp_path, which=("sparse",))
     assert list(retrievers) == ["sparse"]
 
 
-def test_a_failed_write_leaves_no_cache_behind(
-    tmp_path: Path, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
+def test_an_existing_index_file_is_served_and_not_cached(
+    tmp_path: Path, encoder: Encoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
 ) -> None:
-    real_save = BM25Retriever.save
+    index = faiss.IndexFlatIP(encoder.dimension)
+    index.add(encoder.encode_passages([p.contents for p in facts]))
+    faiss.write_index(index, str(tmp_path / "e5_Flat.index"))
+    cache_dir = tmp_path / "cache"
+    params = RetrievalParams(dense=DenseParams(index_path=str(tmp_path / "e5_Flat.index")))
+    counting = CountingEncoder(encoder)
+    caplog.set_level(logging.INFO, logger="rollout.retrieval.cache")
+    dense = load_or_build_indexes(facts, cache_dir, which=["dense"], params=params, encoder=counting)["dense"]
+    assert counting.passage_calls == 0 and _dirs(cache_dir) == []
+    assert "existing file" in caplog.records[-1].message
+    assert facts[dense.search(["deepest lake"], 1).indices[0, 0]].title == "Lake Baikal"
+    with pytest.raises(RetrievalError, match=r"e5_Flat\.index holds 12 vectors but corpus facts\.jsonl has 11"):
+        load_or_build_indexes(facts[:-1], cache_dir, which=["dense"], params=params, encoder=counting,
+                              corpus_path="facts.jsonl")
 
-    def crash_after_writing(self: BM25Retriever, path: Path) -> None:
+
+def test_a_failed_write_leaves_no_cache_behind(
+    tmp_path: Path, encoder: Encoder, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_save = DenseRetriever.save
+
+    def crash_after_writing(self: DenseRetriever, path: Path) -> None:
         real_save(self, path)
         raise OSError("disk full")
 
-    monkeypatch.setattr(BM25Retriever, "save", crash_after_writing)
+    monkeypatch.setattr(DenseRetriever, "save", crash_after_writing)
     with pytest.raises(OSError, match="disk full"):
-        load_or_build_indexes(facts, tmp_path, which=["sparse"])
+        load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
     assert _dirs(tmp_path) == []
 
     monkeypatch.undo()
-    load_or_build_indexes(facts, tmp_path, which=["sparse"])
-    assert [d.split("-")[0] for d in _dirs(tmp_path)] == ["sparse"]
+    load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
+    assert [d.split("-")[0] for d in _dirs(tmp_path)] == ["dense"]
 
 
-def test_an_unreadable_entry_says_to_delete_it(tmp_path: Path, facts: list[Passage]) -> None:
-    load_or_build_indexes(facts, tmp_path, which=["sparse"])
+def test_an_unreadable_entry_says_to_delete_it(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+    load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
     (entry,) = tmp_path.iterdir()
-    (entry / "token_ids.npy").write_bytes(b"garbage")
+    (entry / "index.faiss").write_bytes(b"garbage")
     with pytest.raises(RetrievalError, match=f"{entry}.*delete that directory"):
-        load_or_build_indexes(facts, tmp_path, which=["sparse"])
+        load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
 
 
-@pytest.mark.parametrize(("which", "message"), [(["bm25"], r"choose from \['dense', 'sparse'\]"), ([], "no index")])
+@pytest.mark.parametrize(
+    ("which", "message"), [(["bm25"], r"choose from \['dense', 'sparse', 'hybrid'\]"), ([], "no index")]
+)
 def test_bad_which_lists_the_choices(tmp_path: Path, facts: list[Passage], which: list[str], message: str) -> None:
     with pytest.raises(RetrievalError, match=message):
         load_or_build_indexes(facts, tmp_path, which=which)

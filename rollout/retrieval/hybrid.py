@@ -1,0 +1,84 @@
+"""Hybrid retrieval: reciprocal-rank fusion (RRF) of a dense and a sparse ranking."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rollout.retrieval.base import PAD_INDEX, Hits, Retriever, check_k, empty_hits
+from rollout.retrieval.errors import RetrievalError
+
+
+class HybridRetriever:
+    """Fuse two retrievers over the same corpus by reciprocal rank.
+
+    Each retriever ranks `max(candidates, k)` passages per query; a passage's fused score is
+    the sum over the rankings it appears in of `1 / (rrf_k + rank)`, rank counted from 1.
+    Passages are returned by fused score, ties going to the lower row number.
+
+    A sparse hit scoring exactly 0 shares no term with the query; BM25 lists such passages
+    in row order only to fill k, so they are left out of the sparse ranking instead of being
+    credited for an arbitrary rank.
+    """
+
+    name = "hybrid"
+
+    def __init__(self, dense: Retriever, sparse: Retriever, *, rrf_k: int = 60, candidates: int = 50) -> None:
+        if isinstance(rrf_k, bool) or not isinstance(rrf_k, (int, np.integer)) or rrf_k < 0:
+            raise RetrievalError(f"rrf_k must be a non-negative integer, got {rrf_k!r}; the usual value is 60")
+        check_k(candidates)
+        dense_n, sparse_n = getattr(dense, "num_passages", None), getattr(sparse, "num_passages", None)
+        if dense_n is not None and sparse_n is not None and dense_n != sparse_n:
+            raise RetrievalError(
+                f"the dense index holds {dense_n} passages and the sparse one {sparse_n}; fuse only indexes "
+                "built from the same corpus"
+            )
+        self.dense = dense
+        self.sparse = sparse
+        self.rrf_k = int(rrf_k)
+        self.candidates = int(candidates)
+
+    @property
+    def num_passages(self) -> int:
+        return int(getattr(self.dense, "num_passages"))
+
+    def search(self, queries: Sequence[str], k: int) -> Hits:
+        """Return the k passages with the highest fused score for each query (float32 scores)."""
+        check_k(k)
+        if isinstance(queries, str):
+            raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
+        queries = list(queries)
+        hits = empty_hits(len(queries), k)
+        if not queries:
+            return hits
+        depth = max(self.candidates, k)
+        sparse = self.sparse.search(queries, depth)
+        rankings = (
+            self.dense.search(queries, depth).indices,
+            np.where(sparse.scores == 0.0, PAD_INDEX, sparse.indices),
+        )
+        for row in range(len(queries)):
+            indices, scores = fuse([ranking[row] for ranking in rankings], rrf_k=self.rrf_k)
+            take = min(k, len(indices))
+            hits.indices[row, :take] = indices[:take]
+            hits.scores[row, :take] = scores[:take]
+        return hits
+
+
+def fuse(rankings: Sequence[np.ndarray], *, rrf_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reciprocal-rank fusion of rankings (row numbers best first, -1 padding ignored).
+
+    Returns every passage found, ordered by fused score descending then row ascending:
+    int64 row numbers and their float32 scores.
+    """
+    rows = np.concatenate([np.asarray(r, dtype=np.int64) for r in rankings])
+    contributions = np.concatenate(
+        [1.0 / (rrf_k + np.arange(1, len(r) + 1, dtype=np.float64)) for r in rankings]
+    )
+    found = rows >= 0
+    unique, inverse = np.unique(rows[found], return_inverse=True)
+    # Summed in float64 so the ordering is decided before rounding to float32.
+    fused = np.bincount(inverse, weights=contributions[found], minlength=len(unique))
+    order = np.lexsort((unique, -fused))
+    return unique[order], fused[order].astype(np.float32)

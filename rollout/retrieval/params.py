@@ -1,0 +1,84 @@
+"""Index parameters: one typed record per retriever, filled from `conf/retriever/`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from rollout.retrieval.errors import RetrievalError
+
+
+@dataclass(frozen=True, slots=True)
+class SparseParams:
+    """BM25 settings; both backends give the same scores for the same settings."""
+
+    backend: Literal["bm25s", "rank_bm25"] = "bm25s"
+    """`bm25s` (fast, default) or `rank_bm25` (the reference implementation)."""
+    k1: float = 1.5
+    b: float = 0.75
+    stopwords: bool = True
+    """Drop English stopwords when tokenizing."""
+    stemming: bool = False
+    """Snowball-stem English tokens (PyStemmer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DenseParams:
+    """Encoder and faiss index settings."""
+
+    encoder: str | None = None
+    """sentence-transformers model name or path; None = bundled all-MiniLM-L6-v2."""
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    index: Literal["flat", "hnsw"] = "flat"
+    """`flat` (exact inner product) or `hnsw` (approximate graph search)."""
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    index_path: str | None = None
+    """An existing faiss index whose row i is line i of the corpus (FlashRAG / Search-R1 layout)."""
+    batch_size: int = 64
+    """Passages per encoder batch when building."""
+
+
+@dataclass(frozen=True, slots=True)
+class HybridParams:
+    """Reciprocal-rank fusion of dense and sparse rankings."""
+
+    rrf_k: int = 60
+    """score = sum over retrievers of 1 / (rrf_k + rank)."""
+    candidates: int = 50
+    """How deep each retriever ranks before fusion (at least the requested k)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalParams:
+    """All index parameters of a run."""
+
+    dense: DenseParams = field(default_factory=DenseParams)
+    sparse: SparseParams = field(default_factory=SparseParams)
+    hybrid: HybridParams = field(default_factory=HybridParams)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> RetrievalParams:
+        """From the `retriever` config section; unknown keys are an error naming the valid ones."""
+        data = dict(data or {})
+        parts: dict[str, Any] = {}
+        for name, kind in (("dense", DenseParams), ("sparse", SparseParams), ("hybrid", HybridParams)):
+            section = dict(data.get(name) or {})
+            valid = {f.name for f in fields(kind)}
+            unknown = sorted(set(section) - valid)
+            if unknown:
+                raise RetrievalError(
+                    f"unknown retriever.{name} setting(s) {unknown}; valid: {sorted(valid)}"
+                )
+            parts[name] = kind(**section)
+        params = cls(**parts)
+        if params.sparse.backend not in ("bm25s", "rank_bm25"):
+            raise RetrievalError(f"retriever.sparse.backend={params.sparse.backend!r}: use bm25s or rank_bm25")
+        if params.dense.index not in ("flat", "hnsw"):
+            raise RetrievalError(f"retriever.dense.index={params.dense.index!r}: use flat or hnsw")
+        return params
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
