@@ -43,6 +43,8 @@ class ToolCallRecord:
     """Round-trip time seen by the client."""
     result_ids: list[str]
     """Passage ids a retrieval tool returned, best first (empty otherwise)."""
+    result_doc_ids: list[str]
+    """Their source document ids (equal to the passage ids unless documents were chunked)."""
     reached_gateway: bool
     """False when the environment refused the call locally (tool not offered in this mode)."""
 

@@ -28,7 +28,8 @@ def score_tasks(results: Sequence[TaskResult]) -> pd.DataFrame:
     """One row per task with its metrics and tool usage."""
     rows = []
     for r in results:
-        retrieved = [i for c in r.tool_calls for i in c.get("result_ids", [])]
+        # Gold ids may name passages or, for chunked corpora, their source documents.
+        retrieved = [i for c in r.tool_calls for i in (*c.get("result_ids", []), *c.get("result_doc_ids", []))]
         rows.append(
             {
                 "id": r.id,

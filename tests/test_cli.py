@@ -42,14 +42,14 @@ def test_unknown_mode_lists_modes(tmp_path):
 def test_missing_question_file(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "d1", "contents": "T\ntext"}) + "\n")
-    r = rollout("dataset=jsonl", f"dataset.corpus_path={corpus}", f"dataset.questions_path={tmp_path / 'q.jsonl'}",
+    r = rollout("dataset=files", f"dataset.corpus.path={corpus}", f"dataset.questions.path={tmp_path / 'q.jsonl'}",
                 f"output_dir={tmp_path / 'out'}")
     assert r.returncode == 2 and "q.jsonl" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_dataset_paths_are_required(tmp_path):
-    r = rollout("dataset=jsonl", f"output_dir={tmp_path / 'out'}")
-    assert r.returncode == 2 and "dataset.corpus_path" in r.stderr
+    r = rollout("dataset=files", f"output_dir={tmp_path / 'out'}")
+    assert r.returncode == 2 and "dataset.corpus.path" in r.stderr
 
 
 def test_gateway_alone_rejects_missing_file(tmp_path):

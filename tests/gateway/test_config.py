@@ -14,6 +14,7 @@ from rollout.gateway.server import plan_gateway
         ("rag_dense_only.json", ["query_knowledge_base_dense"]),
         ("rag_sparse_only.json", ["query_knowledge_base_sparse"]),
         ("rag_no_tool.json", []),
+        ("rag_hybrid_fused.json", ["query_knowledge_base_hybrid"]),
     ],
 )
 def test_shipped_gateway_files_resolve_to_their_tools(name, tools):

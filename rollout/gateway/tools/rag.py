@@ -41,3 +41,13 @@ def query_knowledge_base_sparse(query: Query, ctx: Context, top_k: TopK = None) 
     identifiers.
     """
     return _search(ctx, "sparse", query, top_k)
+
+
+@ToolRegistry.register_tool("rag_query_hybrid", requires=("hybrid",))
+def query_knowledge_base_hybrid(query: Query, ctx: Context, top_k: TopK = None) -> SearchResult:
+    """[Hybrid Search] Semantic and keyword (BM25) search fused by reciprocal rank.
+
+    Finds passages that either share the query's exact words or its meaning; one call covers
+    names and identifiers as well as paraphrased questions.
+    """
+    return _search(ctx, "hybrid", query, top_k)

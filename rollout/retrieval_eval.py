@@ -1,0 +1,149 @@
+"""Retrieval quality without an agent: recall@k, hit@k and MRR of each retriever on a question set.
+
+    python -m rollout.retrieval_eval retriever=dense dataset.limit=50
+
+Against the questions' gold passages (`metadata.gold_doc_ids`, matched on passage or source
+document id) where they carry them; otherwise a hit is a top-k passage containing a gold
+answer (normalised), and recall is not defined.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from rollout.data import Passage, Question, load_corpus
+from rollout.dataset import DatasetConfig, prepare_data
+from rollout.errors import RolloutError
+from rollout.metrics import normalize_answer
+from rollout.paths import CONF_DIR, default_cache_dir
+from rollout.retrieval import Hits, Retriever, RetrievalParams, load_or_build_indexes
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("dense", "sparse", "hybrid")
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieverScores:
+    """One retriever's row of the comparison table."""
+
+    retriever: str
+    n: int
+    gold: str
+    """`passages` (gold ids) or `answers` (answer containment)."""
+    recall: dict[int, float | None]
+    hit: dict[int, float]
+    mrr: float
+    queries_per_s: float
+
+
+def _first_relevant_rank(relevant: Sequence[bool]) -> int | None:
+    return next((i + 1 for i, r in enumerate(relevant) if r), None)
+
+
+def score_hits(hits: Hits, questions: Sequence[Question], passages: Sequence[Passage], ks: Sequence[int]) -> dict[str, Any]:
+    """Per-k recall and hit rate and MRR over all questions (k at most `hits` width)."""
+    recall = {k: [] for k in ks}
+    hit = {k: [] for k in ks}
+    rr = []
+    with_gold = all(q.gold_doc_ids for q in questions)
+    for q, rows in zip(questions, hits.indices, strict=True):
+        ranked = [passages[r] for r in rows.tolist() if r >= 0]
+        if with_gold:
+            gold = set(q.gold_doc_ids)
+            relevant = [p.id in gold or p.source_id in gold for p in ranked]
+            found_ids = [{p.id, p.source_id} & gold for p in ranked]
+            for k in ks:
+                recall[k].append(len(set().union(*found_ids[:k])) / len(gold))
+        else:
+            answers = [f" {normalize_answer(a)} " for a in q.golden_answers if normalize_answer(a)]
+            relevant = [any(a in f" {normalize_answer(p.contents)} " for a in answers) for p in ranked]
+        for k in ks:
+            hit[k].append(float(any(relevant[:k])))
+        first = _first_relevant_rank(relevant)
+        rr.append(0.0 if first is None else 1.0 / first)
+    return {
+        "gold": "passages" if with_gold else "answers",
+        "recall": {k: (float(np.mean(v)) if with_gold else None) for k, v in recall.items()},
+        "hit": {k: float(np.mean(v)) for k, v in hit.items()},
+        "mrr": float(np.mean(rr)),
+    }
+
+
+def evaluate(retrievers: dict[str, Retriever], questions: Sequence[Question], passages: Sequence[Passage],
+             ks: Sequence[int]) -> list[RetrieverScores]:
+    depth = min(max(ks), len(passages))
+    rows = []
+    for name, retriever in retrievers.items():
+        started = time.perf_counter()
+        hits = retriever.search([q.question for q in questions], depth)
+        seconds = time.perf_counter() - started
+        s = score_hits(hits, questions, passages, [k for k in ks if k <= depth])
+        rows.append(RetrieverScores(name, len(questions), s["gold"], s["recall"], s["hit"], s["mrr"],
+                                    len(questions) / seconds if seconds > 0 else float("inf")))
+    return rows
+
+
+def print_table(rows: Sequence[RetrieverScores], console: Console | None = None) -> None:
+    console = console or Console()
+    ks = sorted(rows[0].hit) if rows else []
+    table = Table(title=f"retrieval · {rows[0].n if rows else 0} questions · gold = {rows[0].gold if rows else '-'}",
+                  title_justify="left")
+    table.add_column("retriever")
+    for k in ks:
+        table.add_column(f"recall@{k}", justify="right")
+    for k in ks:
+        table.add_column(f"hit@{k}", justify="right")
+    table.add_column("MRR", justify="right")
+    table.add_column("q/s", justify="right")
+    for r in rows:
+        table.add_row(r.retriever, *["-" if r.recall[k] is None else f"{r.recall[k]:.3f}" for k in ks],
+                      *[f"{r.hit[k]:.3f}" for k in ks], f"{r.mrr:.3f}", f"{r.queries_per_s:.0f}")
+    console.print(table)
+
+
+def run_eval(cfg: DictConfig) -> list[RetrieverScores]:
+    c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    cache_dir = Path(c["cache_dir"]) if c.get("cache_dir") else default_cache_dir()
+    kind = c["retriever"].get("kind", "all")
+    kinds = list(KINDS) if kind == "all" else [kind]
+    if any(k not in KINDS for k in kinds):
+        raise RolloutError(f"retriever.kind={kind!r}: use retriever=dense, sparse, hybrid or default (all)")
+    data = prepare_data(DatasetConfig.from_dict(c["dataset"]), cache_dir)
+    passages = load_corpus(data.corpus_path)
+    built = load_or_build_indexes(passages, cache_dir, which=kinds, params=RetrievalParams.from_dict(c["retriever"]))
+    rows = evaluate({k: built[k] for k in kinds}, data.questions, passages, [int(k) for k in c["ks"]])
+    print_table(rows)
+    if c.get("output_dir"):
+        out = Path(c["output_dir"])
+        out.mkdir(parents=True, exist_ok=True)
+        payload = [{**asdict(r), "recall": {str(k): v for k, v in r.recall.items()},
+                    "hit": {str(k): v for k, v in r.hit.items()}} for r in rows]
+        (out / "retrieval_eval.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return rows
+
+
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="retrieval_eval")
+def main(cfg: DictConfig) -> None:
+    try:
+        run_eval(cfg)
+    except RolloutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Retrieval evaluation: metrics by hand on a tiny case, and the app on a small demo KB."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from rollout.data import Passage, Question
+from rollout.paths import CONF_DIR
+from rollout.retrieval import Hits
+from rollout.retrieval_eval import run_eval, score_hits
+
+PASSAGES = [Passage(f"p{i}", f"T{i}", text) for i, text in enumerate(["alpha", "beta Kelmor", "gamma", "delta"])]
+
+
+def hits(rows: list[list[int]]) -> Hits:
+    idx = np.asarray(rows, dtype=np.int64)
+    return Hits(idx, np.zeros(idx.shape, dtype=np.float32))
+
+
+def test_gold_passage_metrics_by_hand():
+    qs = [
+        Question("q1", "?", ["x"], {"gold_doc_ids": ["p1", "p3"]}),
+        Question("q2", "?", ["x"], {"gold_doc_ids": ["p0"]}),
+    ]
+    s = score_hits(hits([[2, 1, 0], [1, 2, 3]]), qs, PASSAGES, [1, 3])
+    assert s["gold"] == "passages"
+    assert s["recall"] == {1: 0.0, 3: pytest.approx(0.25)}  # q1 finds p1 of two at rank 2; q2 finds nothing
+    assert s["hit"] == {1: 0.0, 3: 0.5}
+    assert s["mrr"] == pytest.approx((1 / 2 + 0) / 2)
+
+
+def test_answer_containment_when_no_gold_ids():
+    qs = [Question("q1", "?", ["kelmor"], {})]
+    s = score_hits(hits([[0, 1, 2]]), qs, PASSAGES, [1, 2])
+    assert s["gold"] == "answers" and s["recall"] == {1: None, 2: None}
+    assert s["hit"] == {1: 0.0, 2: 1.0} and s["mrr"] == pytest.approx(0.5)
+
+
+def test_chunked_passages_count_for_their_document():
+    chunks = [Passage("d9#0", "T", "a", doc_id="d9"), Passage("d9#1", "T", "b", doc_id="d9")]
+    s = score_hits(hits([[1, 0]]), [Question("q", "?", ["x"], {"gold_doc_ids": ["d9"]})], chunks, [1])
+    assert s["recall"] == {1: 1.0} and s["mrr"] == 1.0
+
+
+def test_app_compares_all_retrievers(tmp_path):
+    overrides = ["dataset.n_passages=300", "dataset.n_questions=30", f"cache_dir={tmp_path}", f"output_dir={tmp_path}"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        rows = run_eval(compose("retrieval_eval", overrides=overrides))
+    by_name = {r.retriever: r for r in rows}
+    assert list(by_name) == ["dense", "sparse", "hybrid"]
+    for r in rows:
+        assert r.n == 30 and r.gold == "passages"
+        assert 0.3 < r.hit[20] <= 1.0 and 0 < r.mrr <= 1.0
+    saved = json.loads((tmp_path / "retrieval_eval.json").read_text())
+    assert [r["retriever"] for r in saved] == ["dense", "sparse", "hybrid"]
