@@ -1,0 +1,16 @@
+"""Reports rebuilt from a run folder's files: tool-call statistics and retrieval quality."""
+
+from rollout.report.calls import load_calls, read_jsonl, run_mode
+from rollout.report.errors import NotARunFolderError, ReportError
+from rollout.report.tool_stats import build_tool_report, retrieval_calls, write_tool_report
+
+__all__ = [
+    "NotARunFolderError",
+    "ReportError",
+    "build_tool_report",
+    "load_calls",
+    "read_jsonl",
+    "retrieval_calls",
+    "run_mode",
+    "write_tool_report",
+]

@@ -1,0 +1,5 @@
+"""`python -m rollout.report tool-stats PATH...` — see `rollout.report.cli`."""
+
+from rollout.report.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""`python -m rollout.report tool-stats PATH...`: rebuild and print the tool-call report of run folders.
+
+Subcommands are argparse subparsers, each with its own `run` function, so another report
+(e.g. `compare DIR...`) is one more `add_parser` call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rollout.report.calls import STATS_DIR
+from rollout.report.errors import NotARunFolderError, ReportError
+from rollout.report.tool_stats import write_tool_report
+
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _failures(row: dict[str, Any]) -> str:
+    counts = {k.removeprefix("outcome_"): v for k, v in row.items() if k.startswith("outcome_") and k != "outcome_ok"}
+    return ", ".join(f"{k}={v}" for k, v in counts.items() if v) or "-"
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    return table
+
+
+def _calls_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
+    columns = (key, "calls", "failed", "success", "p50 ms", "p95 ms", "p99 ms", "rtt p50", "rtt p95", "rtt p99", "failures")
+    table = _table(title, columns)
+    for r in rows:
+        table.add_row(
+            _fmt(r[key]), str(r["total_calls"]), str(r["failed_calls"]), _pct(r["success_rate"]),
+            _fmt(r["p50_ms"]), _fmt(r["p95_ms"]), _fmt(r["p99_ms"]),
+            _fmt(r["rtt_p50_ms"]), _fmt(r["rtt_p95_ms"]), _fmt(r["rtt_p99_ms"]), _failures(r),
+        )
+    if not rows:
+        table.add_row("(no calls)", *["-"] * 10)
+    return table
+
+
+def _retrieval_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
+    table = _table(title, (key, "calls", "scored", "hit@1", "hit@3", "hit@5", "hit@all", "queries", "repeated", "repeat share"))
+    for r in rows:
+        table.add_row(
+            _fmt(r[key]), str(r["retrieval_calls"]), str(r["scored_calls"]),
+            *(_pct(r[f"hit_at_{k}"]) for k in (1, 3, 5, "all")),
+            str(r["query_calls"]), str(r["repeated_calls"]), _pct(r["repeated_query_share"]),
+        )
+    if not rows:
+        table.add_row("(no retrieval calls)", *["-"] * 9)
+    return table
+
+
+def _print_run(console: Console, report: dict[str, Any], path: Path) -> None:
+    s = report["summary"]
+    console.rule(f"tool stats · mode={s['mode']} · {s['run_dir']}")
+    trajectory = "" if s["has_trajectory"] else " · no trajectory.jsonl: gateway-only stats"
+    console.print(
+        f"{s['total_calls']} calls · {s['failed_calls']} failed · success {_pct(s['success_rate'])}"
+        f" · {s['tasks_with_calls']} tasks · {s['workers_with_calls']} workers{trajectory}"
+    )
+    console.print(_calls_table("per tool", "tool_name", report["tools"]))
+    console.print(_calls_table("per worker", "worker_id", report["workers"]))
+    console.print(_retrieval_table("retrieval", "tool_name", report["retrieval"]))
+    console.print(f"Report: {path}")
+
+
+def _check_run_folder(path: Path) -> None:
+    if not path.is_dir():
+        raise NotARunFolderError(f"{path}: no such folder")
+    if not (path / STATS_DIR).is_dir():
+        raise NotARunFolderError(f"{path}: no {STATS_DIR}/ folder here; pass a run folder such as results/<experiment>/<mode>")
+
+
+def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
+    paths = [Path(p) for p in args.paths]
+    for path in paths:
+        _check_run_folder(path)
+    modes = []
+    for path in paths:
+        out = write_tool_report(path)
+        report = json.loads(out.read_text(encoding="utf-8"))
+        _print_run(console, report, out)
+        modes += [{**m, "run": str(path), "retrieval": report["summary"]["retrieval"]} for m in report["modes"]]
+    if len({m["mode"] for m in modes}) < len(modes):  # the same mode in several folders: name the folder
+        modes = [{**m, "mode": f"{m['mode']} ({m['run']})"} for m in modes]
+    console.rule("per mode")
+    console.print(_calls_table("per mode", "mode", modes))
+    console.print(_retrieval_table("retrieval per mode", "mode", [{**m["retrieval"], "mode": m["mode"]} for m in modes]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m rollout.report", description="Reports rebuilt from run folders.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    tool_stats = commands.add_parser(
+        "tool-stats",
+        help="per-tool, per-worker, per-mode call statistics and retrieval hit@k; rewrites tool_stats/report.json and CSVs",
+    )
+    tool_stats.add_argument("paths", nargs="+", metavar="PATH", help="run folder(s) holding tool_stats/")
+    tool_stats.set_defaults(run=run_tool_stats)
+    return parser
+
+
+def _console() -> Console:
+    # Piped output (no terminal, no COLUMNS) would otherwise be cut at 80 columns.
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS")
+    return Console(width=None if wide else 160)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; user errors print one line to stderr and return 2."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
+    try:
+        return args.run(args, _console())
+    except (ReportError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,194 @@
+"""Tool-call report of one run folder: per tool, task, worker and mode, and retrieval quality.
+
+Every number is rebuilt from the files on disk (`rollout.report.calls.load_calls`), never from
+in-memory counters, so the report of a crashed run is as exact as that of a finished one.
+
+Definitions
+- server time is the gateway's `duration_ms`; round-trip time (`rtt_*`) is the client's
+  `latency_ms` for the same `call_id`. Quantiles use pandas' default linear interpolation
+  (numpy.percentile's "linear"); None when no call has the value.
+- A retrieval call returned passage ids or is a tool named `query_knowledge_base*`/`search*`.
+  `hit_at_k` is the share of successful retrieval calls, in tasks with known gold ids, whose first
+  k returned ids include a gold id (a passage id, or its document id, equal to one of the task's
+  `metadata.gold_doc_ids`); `hit_at_all` looks at every id returned.
+- A call repeats a query when the same task already called the same tool with the same
+  normalised `query` argument (case-folded, whitespace collapsed); `repeated_query_share` is
+  repeated calls / calls with a `query` argument.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rollout.report.calls import STATS_DIR, load_calls, run_mode
+from rollout.scoring import TRAJECTORY_FILE
+
+REPORT_FILE = "report.json"
+OUTCOMES = ("ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "cancelled", "protocol_error")
+"""Outcome categories always counted (`outcome_<name>` columns); others seen get a column too."""
+HIT_KS = (1, 3, 5)
+HIT_COLUMNS = tuple(f"hit_at_{k}" for k in (*HIT_KS, "all"))
+RETRIEVAL_PREFIXES = ("query_knowledge_base", "search")
+GROUP_KEYS = {"tools": "tool_name", "tasks": "task_id", "workers": "worker_id", "modes": "mode"}
+"""Report table → the column it groups calls by."""
+
+
+def _quantile(values: pd.Series, q: float) -> float | None:
+    values = values.dropna()
+    return round(float(values.quantile(q)), 3) if len(values) else None
+
+
+def _rate(num: float, den: float) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def _call_stats(g: pd.DataFrame, outcomes: list[str]) -> dict[str, Any]:
+    total = len(g)
+    success = int(g["ok"].sum())
+    counts = g["outcome"].value_counts()
+    return {
+        "total_calls": total,
+        "success_calls": success,
+        "failed_calls": total - success,
+        "success_rate": _rate(success, total),
+        **{f"p{int(q * 100)}_ms": _quantile(g["duration_ms"], q) for q in (0.5, 0.95, 0.99)},
+        **{f"rtt_p{int(q * 100)}_ms": _quantile(g["rtt_ms"], q) for q in (0.5, 0.95, 0.99)},
+        "rtt_calls": int(g["rtt_ms"].notna().sum()),
+        **{f"outcome_{o}": int(counts.get(o, 0)) for o in outcomes},
+    }
+
+
+def _outcome_names(df: pd.DataFrame) -> list[str]:
+    return [*OUTCOMES, *sorted(set(df["outcome"].astype(str)) - set(OUTCOMES))]
+
+
+def _group_table(df: pd.DataFrame, key: str, outcomes: list[str]) -> pd.DataFrame:
+    rows = [
+        {key: None if pd.isna(value) else str(value), **_call_stats(g, outcomes)}
+        for value, g in df.groupby(key, sort=True, dropna=False)
+    ]
+    columns = [key, *_call_stats(df.iloc[:0], outcomes)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def normalise_query(query: Any) -> str | None:
+    """The query as compared for repeats: case-folded, whitespace collapsed; None when not text."""
+    if not isinstance(query, str) or not query.strip():
+        return None
+    return " ".join(query.casefold().split())
+
+
+def _is_retrieval(df: pd.DataFrame) -> pd.Series:
+    return df["result_ids"].map(bool).astype(bool) | df["tool_name"].astype(str).str.startswith(RETRIEVAL_PREFIXES)
+
+
+def _hits(row: pd.Series) -> dict[str, float]:
+    """1.0/0.0 per k when the call can be scored, NaN when it cannot (failed, or gold unknown)."""
+    gold = row["gold_doc_ids"]
+    if not row["ok"] or not gold:
+        return dict.fromkeys(HIT_COLUMNS, math.nan)
+    gold = set(gold)
+    ids = list(row["result_ids"])
+    doc_ids = list(row["result_doc_ids"] or [])
+    hit = [p in gold or (i < len(doc_ids) and doc_ids[i] in gold) for i, p in enumerate(ids)]
+    return {**{f"hit_at_{k}": float(any(hit[:k])) for k in HIT_KS}, "hit_at_all": float(any(hit))}
+
+
+def retrieval_calls(df: pd.DataFrame) -> pd.DataFrame:
+    """The retrieval calls of `df` with per-call `hit_at_*`, `returned`, `query` and `repeated` columns."""
+    rc = df[_is_retrieval(df)].copy()
+    hits = pd.DataFrame([_hits(r) for _, r in rc.iterrows()], index=rc.index, columns=list(HIT_COLUMNS))
+    rc = pd.concat([rc, hits.astype("float64")], axis=1)
+    rc["returned"] = [len(ids) for ids in rc["result_ids"]]
+    rc["query"] = pd.Series(
+        [normalise_query((a or {}).get("query")) if isinstance(a, dict) else None for a in rc["arguments"]],
+        index=rc.index, dtype=object,
+    )
+    eligible = rc["query"].notna() & rc["task_id"].notna()
+    rc["repeated"] = False
+    if eligible.any():
+        keyed = rc[eligible].sort_values("timestamp", kind="stable")
+        first = keyed.groupby(["run_dir", "task_id", "tool_name", "query"], sort=False).cumcount() == 0
+        rc.loc[first.index, "repeated"] = ~first
+    rc["has_query"] = eligible
+    return rc
+
+
+def _retrieval_stats(g: pd.DataFrame) -> dict[str, Any]:
+    scored = g["hit_at_all"].notna()
+    ok = g[g["ok"]]
+    queries = int(g["has_query"].sum())
+    repeated = int(g["repeated"].sum())
+    return {
+        "retrieval_calls": len(g),
+        "scored_calls": int(scored.sum()),
+        **{c: (round(float(g.loc[scored, c].mean()), 4) if scored.any() else None) for c in HIT_COLUMNS},
+        "mean_returned": round(float(ok["returned"].mean()), 3) if len(ok) else None,
+        "query_calls": queries,
+        "repeated_calls": repeated,
+        "repeated_query_share": _rate(repeated, queries),
+    }
+
+
+def _retrieval_table(rc: pd.DataFrame) -> pd.DataFrame:
+    rows = [{"tool_name": str(t), **_retrieval_stats(g)} for t, g in rc.groupby("tool_name", sort=True)]
+    return pd.DataFrame(rows, columns=["tool_name", *_retrieval_stats(rc.iloc[:0])])
+
+
+def _summary(df: pd.DataFrame, rc: pd.DataFrame, run_dir: Path, mode: str) -> dict[str, Any]:
+    stats = _call_stats(df, _outcome_names(df))
+    return {
+        "run_dir": str(run_dir),
+        "mode": mode,
+        "has_trajectory": (run_dir / TRAJECTORY_FILE).is_file(),
+        **{k: v for k, v in stats.items() if not k.startswith("outcome_")},
+        "tools_used": sorted(df["tool_name"].unique().tolist()),
+        "outcomes": {str(k): int(v) for k, v in df["outcome"].value_counts().sort_index().items()},
+        "tasks_with_calls": int(df["task_id"].nunique()),
+        "workers_with_calls": int(df["worker_id"].nunique()),
+        "retrieval": _retrieval_stats(rc),
+    }
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: (None if not isinstance(v, (list, dict)) and pd.isna(v) else v) for k, v in row.items()}
+            for row in table.astype(object).to_dict("records")]
+
+
+def _tables(run_dir: Path) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    df = load_calls(run_dir)
+    mode = run_mode(run_dir)
+    outcomes = _outcome_names(df)
+    tables = {name: _group_table(df, key, outcomes) for name, key in GROUP_KEYS.items()}
+    if not len(df):
+        tables["modes"] = pd.DataFrame([{"mode": mode, **_call_stats(df, outcomes)}], columns=tables["modes"].columns)
+    rc = retrieval_calls(df)
+    tables["retrieval"] = _retrieval_table(rc)
+    return _summary(df, rc, run_dir, mode), tables
+
+
+def build_tool_report(run_dir: Path | str) -> dict[str, Any]:
+    """The report of `run_dir`: {"summary", "tools", "tasks", "workers", "modes", "retrieval"}."""
+    summary, tables = _tables(Path(run_dir))
+    return {"summary": summary, **{name: _records(t) for name, t in tables.items()}}
+
+
+def write_tool_report(run_dir: Path | str) -> Path:
+    """Rebuild `tool_stats/report.json` and the per-table CSVs of `run_dir`; returns report.json's path."""
+    run_dir = Path(run_dir)
+    summary, tables = _tables(run_dir)
+    stats_dir = run_dir / STATS_DIR
+    stats_dir.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        table.to_csv(stats_dir / f"{name}.csv", index=False)
+    report = {"summary": summary, **{name: _records(t) for name, t in tables.items()}}
+    out = stats_dir / REPORT_FILE
+    tmp = out.with_name(out.name + ".tmp")  # readers never see a half-written report
+    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    return out

@@ -1,0 +1,87 @@
+"""`python -m rollout.report tool-stats PATH...`: tables printed, files rewritten, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, make_run
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "220"}
+    return subprocess.run(
+        [sys.executable, "-m", "rollout.report", *map(str, args)],
+        capture_output=True, text=True, cwd=PROJECT, env=env, timeout=120,
+    )
+
+
+def test_tool_stats_prints_tables_and_rewrites_the_report(tmp_path):
+    run = make_run(tmp_path, "run_a", GATEWAY_CALLS, TASKS, mode="hybrid")
+    stale = run / "tool_stats" / "report.json"
+    stale.write_text('{"summary": {"total_calls": 1}, "tools": [], "tasks": []}')
+    result = cli("tool-stats", run)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for title in ("per tool", "per worker", "retrieval", "per mode", "retrieval per mode"):
+        assert title in out
+    for name in (DENSE, SPARSE, "fetch_document", "w0", "w1", "hybrid"):
+        assert name in out
+    dense_row = next(line for line in out.splitlines() if DENSE in line and "%" in line and "hit" not in line)
+    assert "80.0%" in dense_row and "invalid_arguments=1" in dense_row
+    retrieval_mode_row = out.splitlines()[-2]
+    assert "hybrid" in retrieval_mode_row
+    assert ["40.0%", "60.0%", "80.0%", "100.0%", "33.3%"] == [c for c in retrieval_mode_row.split() if c.endswith("%")]
+    report = json.loads(stale.read_text())
+    assert report["summary"]["total_calls"] == 9
+    for csv in ("tools.csv", "tasks.csv", "workers.csv", "retrieval.csv"):
+        assert (run / "tool_stats" / csv).is_file()
+
+
+def test_several_folders_compare_modes(tmp_path):
+    hybrid = make_run(tmp_path, "hybrid", GATEWAY_CALLS, TASKS, mode="hybrid")
+    empty = make_run(tmp_path, "none", [], None, mode="no_tool")
+    result = cli("tool-stats", hybrid, empty)
+    assert result.returncode == 0, result.stderr
+    per_mode = result.stdout.split("per mode", 1)[1]
+    assert "hybrid" in per_mode and "no_tool" in per_mode
+    assert "gateway-only stats" in result.stdout  # the folder without trajectory.jsonl says so
+
+
+def test_a_folder_without_tool_stats_is_a_one_line_error(tmp_path):
+    good = make_run(tmp_path, "run_a", GATEWAY_CALLS, TASKS, mode="hybrid")
+    bad = tmp_path / "not_a_run"
+    bad.mkdir()
+    result = cli("tool-stats", good, bad)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "tool_stats" in lines[0]
+    assert not (good / "tool_stats" / "report.json").exists()  # nothing written before the check
+
+
+def test_a_missing_folder_is_a_one_line_error(tmp_path):
+    result = cli("tool-stats", tmp_path / "nowhere")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "nowhere" in result.stderr
+
+
+def test_half_written_line_warns_and_succeeds(tmp_path):
+    run = make_run(tmp_path, "run_a", GATEWAY_CALLS, TASKS, mode="hybrid")
+    with (run / "tool_stats" / "realtime_calls.jsonl").open("a") as f:
+        f.write('{"call_id": "c10", "tool')
+    result = cli("tool-stats", run)
+    assert result.returncode == 0, result.stderr
+    assert "realtime_calls.jsonl:10" in result.stderr and "warning" in result.stderr
+    assert json.loads((run / "tool_stats" / "report.json").read_text())["summary"]["total_calls"] == 9
+
+
+def test_a_subcommand_is_required():
+    result = cli()
+    assert result.returncode == 2
+    assert "tool-stats" in result.stderr or "COMMAND" in result.stderr
