@@ -12,10 +12,10 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Tool
@@ -23,9 +23,12 @@ from mcp_types import CallToolResult, Tool
 from envs.records import Outcome, ToolCallRecord, ToolResult
 from envs.schema import mcp_tool_to_function
 from rollout.errors import GatewayError
+from rollout.gateway.auth import auth_headers, resolve_token
 from rollout.gateway.config import GatewayFile, load_gateway_file
 from rollout.gateway.server import META_GROUP
+from rollout.gateway.sessions import mcp_client
 from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, META_WORKER_ID
+from rollout.gateway.toolsets import TOOLSETS_GROUP
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +49,13 @@ class HttpMCPEnv:
         worker_id: str = "worker-0",
         system_prompt: str | None = None,
         call_timeout_s: float = 60.0,
+        auth_token: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
+        """`url` ends with /mcp (streamable HTTP) or /sse (SSE). `auth_token` (default
+        `$ROLLOUT_GATEWAY_TOKEN`) goes as `Authorization: Bearer ...` with `headers` on every request."""
         self.url = url
+        self.headers = {**(headers or {}), **auth_headers(resolve_token(auth_token))}
         self.worker_id = worker_id
         self.call_timeout_s = call_timeout_s
         self.gateway_config = self._load_gateway_config(gateway_config_path)
@@ -64,7 +72,22 @@ class HttpMCPEnv:
 
     @property
     def allowed_groups(self) -> list[str]:
-        return self.gateway_config.tool_groups()
+        groups = self.gateway_config.tool_groups()
+        return [*groups, TOOLSETS_GROUP] if self.gateway_config.dynamic_toolsets else groups
+
+    def tool_specs_for(self, active_groups: Iterable[str]) -> list[dict[str, Any]]:
+        """Specs of the tools in active groups, plus tools outside every group of the file (the
+        tool-set management tools)."""
+        sets, active = set(self.gateway_config.tool_groups()), set(active_groups)
+        return [
+            spec
+            for tool, spec in zip(self.tools, self.tool_specs, strict=True)
+            if (group := (tool.meta or {}).get(META_GROUP)) not in sets or group in active
+        ]
+
+    def group_of(self, tool_name: str) -> str | None:
+        """The group a listed tool belongs to."""
+        return next(((t.meta or {}).get(META_GROUP) for t in self.tools if t.name == tool_name), None)
 
     async def __aenter__(self) -> HttpMCPEnv:
         await self.start()
@@ -85,7 +108,7 @@ class HttpMCPEnv:
         # The SDK's session lives in anyio cancel scopes that must be entered and exited by the
         # same task; tasks of a worker come and go, so one owner task holds the session open.
         try:
-            async with Client(self.url, read_timeout_seconds=self.call_timeout_s) as client:
+            async with mcp_client(self.url, headers=self.headers, read_timeout_s=self.call_timeout_s) as client:
                 listed = (await client.list_tools()).tools
                 allowed = set(self.allowed_groups)
                 self.tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
@@ -101,7 +124,8 @@ class HttpMCPEnv:
                 ready.set_exception(
                     GatewayError(
                         f"could not open an MCP session at {self.url} ({type(e).__name__}). Is the gateway "
-                        "running? Start one with: python -m rollout.gateway --config GATEWAY_FILE --port PORT"
+                        "running? Start one with: python -m rollout.gateway --config GATEWAY_FILE --port PORT. "
+                        "If it requires a token, set gateway.auth_token= or ROLLOUT_GATEWAY_TOKEN"
                     )
                 )
         finally:
@@ -136,7 +160,7 @@ class HttpMCPEnv:
             return self._finish(call_id, name, arguments, started, t0, False, "timeout", text, None, True)
         except MCPError as e:
             return self._finish(call_id, name, arguments, started, t0, False, "tool_error", str(e), None, True)
-        except (httpx.HTTPError, OSError) as e:
+        except Exception as e:  # transport failures surface as httpx/httpx2/anyio errors, often grouped
             text = f"could not reach the gateway at {self.url}: {e}"
             return self._finish(call_id, name, arguments, started, t0, False, "transport_error", text, None, True)
         return self._from_result(call_id, name, arguments, started, t0, result)
@@ -163,7 +187,7 @@ class HttpMCPEnv:
         structured: dict[str, Any] | None,
         reached: bool,
     ) -> tuple[ToolResult, ToolCallRecord]:
-        ids = [str(r.get("id")) for r in (structured or {}).get("results", []) if isinstance(r, dict)]
+        hits = [r for r in (structured or {}).get("results", []) if isinstance(r, dict)]
         record = ToolCallRecord(
             call_id=call_id,
             name=name,
@@ -173,7 +197,8 @@ class HttpMCPEnv:
             error=None if ok else text,
             started=started,
             latency_ms=(time.perf_counter() - t0) * 1000.0,
-            result_ids=ids,
+            result_ids=[str(r.get("id")) for r in hits],
+            result_doc_ids=[str(r.get("doc_id", r.get("id"))) for r in hits],
             reached_gateway=reached,
         )
         return ToolResult(ok=ok, text=text, structured=structured), record
@@ -186,6 +211,10 @@ class TaskSession:
         self.env = env
         self.task_id = task_id
         self.calls: list[ToolCallRecord] = []
+        config = env.gateway_config
+        self.active_toolsets: list[str] | None = config.active_groups() if config.dynamic_toolsets else None
+        """Tool sets active for this task (dynamic gateway files); None when every tool is offered.
+        Starts from the file's defaults and follows the results of the tool-set tools."""
 
     @property
     def system_prompt(self) -> str:
@@ -193,9 +222,16 @@ class TaskSession:
 
     @property
     def tool_specs(self) -> list[dict[str, Any]]:
-        return self.env.tool_specs
+        if self.active_toolsets is None:
+            return self.env.tool_specs
+        return self.env.tool_specs_for(self.active_toolsets)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         result, record = await self.env.call(name, arguments, self.task_id)
         self.calls.append(record)
+        if self.active_toolsets is not None and result.ok and self.env.group_of(name) == TOOLSETS_GROUP:
+            active = (result.structured or {}).get("active_toolsets")
+            if isinstance(active, list):
+                known = set(self.env.gateway_config.tool_groups())
+                self.active_toolsets = [str(a) for a in active if str(a) in known]
         return result

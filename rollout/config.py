@@ -8,35 +8,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rollout.dataset import DatasetConfig
 from rollout.errors import ConfigError
 from rollout.paths import PROJECT_ROOT, default_cache_dir
-
-
-@dataclass(frozen=True, slots=True)
-class DatasetConfig:
-    """Where the corpus and questions come from."""
-
-    name: str
-    kind: str
-    """`demo` (generated) or `jsonl` (FlashRAG files)."""
-    n_passages: int = 2000
-    n_questions: int = 200
-    seed: int = 0
-    corpus_path: str | None = None
-    questions_path: str | None = None
-    limit: int | None = None
-    """Run only the first N questions."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetrieverConfig:
-    """Index parameters passed to the gateway."""
-
-    encoder: str | None = None
-    query_prefix: str = ""
-    passage_prefix: str = ""
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
+from rollout.retrieval.params import RetrievalParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +23,12 @@ class GatewayConfig:
     call_timeout_s: float = 60.0
     default_top_k: int = 5
     max_top_k: int = 50
+    auth_token: str | None = None
+    """Bearer token the gateway requires and the workers send; None uses `$ROLLOUT_GATEWAY_TOKEN` (or none)."""
+    transport: str = "streamable-http"
+    """MCP transport of a launched gateway: `streamable-http` or `sse`."""
+    tool_timeout_s: float | None = None
+    """Gateway-side limit per tool call; a call over it is an error result with outcome `timeout`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +39,8 @@ class RunConfig:
     gateway_config_path: Path
     output_dir: Path
     dataset: DatasetConfig
-    retriever: RetrieverConfig
+    retriever: RetrievalParams
+    """Index parameters, handed to the gateway."""
     gateway: GatewayConfig
     agent: dict[str, Any]
     """Hydra `_target_` spec of the policy, instantiated inside each worker."""
@@ -80,14 +62,8 @@ class RunConfig:
                 mode_name=str(c["mode_name"]),
                 gateway_config_path=resolve_project_path(c["gateway_config_path"]),
                 output_dir=Path(c["output_dir"]),
-                dataset=DatasetConfig(**ds),
-                retriever=RetrieverConfig(
-                    encoder=rt.get("encoder"),
-                    query_prefix=rt.get("query_prefix", ""),
-                    passage_prefix=rt.get("passage_prefix", ""),
-                    bm25_k1=float(rt["bm25"]["k1"]),
-                    bm25_b=float(rt["bm25"]["b"]),
-                ),
+                dataset=DatasetConfig.from_dict(ds),
+                retriever=RetrievalParams.from_dict(rt),
                 gateway=GatewayConfig(**c["gateway"]),
                 agent=dict(c["agent"]),
                 system_prompt=c.get("system_prompt"),
@@ -106,6 +82,8 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["gateway"].get("auth_token"):
+            d["gateway"]["auth_token"] = "***"  # config.yaml lands in the result folder; the secret does not
         return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
 
 

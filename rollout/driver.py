@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,26 +15,21 @@ from typing import Any
 import ray
 from omegaconf import OmegaConf
 
-from rollout.config import RunConfig, resolve_project_path
+from rollout.config import RunConfig
 from rollout.data.records import Question
-from rollout.errors import ConfigError
+from rollout.dataset import prepare_data
+from rollout.gateway.auth import resolve_token
 from rollout.gateway.config import load_gateway_file
 from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import plan_gateway
-from rollout.gateway.stats import CALLS_FILE, write_report
+from rollout.gateway.stats import CALLS_FILE
 from rollout.records import TaskResult
+from rollout.report import write_tool_report
+from rollout.report.calls import STATS_DIR
 from rollout.scoring import TRAJECTORY_FILE, print_summary, summarize, write_summary
 from rollout.worker import RolloutWorkerActor
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedData:
-    """The corpus the gateway serves and the questions the workers answer."""
-
-    corpus_path: Path
-    questions: list[Question]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,40 +40,19 @@ class RunOutcome:
     summary: dict[str, Any]
 
 
-def prepare_data(cfg: RunConfig) -> PreparedData:
-    from rollout.data import ensure_demo_kb, load_questions
-
-    ds = cfg.dataset
-    if ds.kind == "demo":
-        kb = ensure_demo_kb(cfg.cache_dir, n_passages=ds.n_passages, n_questions=ds.n_questions, seed=ds.seed)
-        corpus_path, questions_path = kb.corpus_path, kb.questions_path
-    elif ds.kind == "jsonl":
-        corpus_path = resolve_project_path(ds.corpus_path or "")
-        questions_path = resolve_project_path(ds.questions_path or "")
-    else:
-        raise ConfigError(f"unknown dataset kind {ds.kind!r}: use dataset=demo or dataset=jsonl")
-    if not Path(corpus_path).is_file():
-        raise ConfigError(f"corpus file not found: {corpus_path}. Set dataset.corpus_path=PATH")
-    return PreparedData(Path(corpus_path), load_questions(questions_path, limit=ds.limit))
-
-
-def gateway_args(cfg: RunConfig, corpus_path: Path, stats_dir: Path) -> list[str]:
-    r = cfg.retriever
-    args = [
+def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
+    return [
         "--config", str(cfg.gateway_config_path),
         "--corpus", str(corpus_path),
         "--cache-dir", str(cfg.cache_dir),
-        "--stats-dir", str(stats_dir),
-        "--query-prefix", r.query_prefix,
-        "--passage-prefix", r.passage_prefix,
-        "--bm25-k1", str(r.bm25_k1),
-        "--bm25-b", str(r.bm25_b),
+        "--output-dir", str(cfg.output_dir),
+        "--retriever-config", str(retriever_config),
         "--default-top-k", str(cfg.gateway.default_top_k),
         "--max-top-k", str(cfg.gateway.max_top_k),
+        "--transport", cfg.gateway.transport,
+        # The token reaches the child through GatewayProcess's environment, never its command line.
+        *(["--tool-timeout-s", str(cfg.gateway.tool_timeout_s)] if cfg.gateway.tool_timeout_s else []),
     ]
-    if r.encoder:
-        args += ["--encoder", r.encoder]
-    return args
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +66,19 @@ class RunningGateway:
 
 
 @contextlib.contextmanager
-def gateway_for_run(cfg: RunConfig, corpus_path: Path, stats_dir: Path) -> Iterator[GatewayProcess | RunningGateway]:
+def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | RunningGateway]:
     """The configured gateway, or one launched for this run (stopped after it, even on failure)."""
     if cfg.gateway.url:
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
         yield RunningGateway(cfg.gateway.url)
         return
-    with GatewayProcess(gateway_args(cfg, corpus_path, stats_dir), ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
-        yield gw
+    with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
+        retriever_config = Path(tmp) / "retriever.json"
+        retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
+        args = gateway_args(cfg, corpus_path, retriever_config)
+        token = cfg.gateway.auth_token
+        with GatewayProcess(args, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token) as gw:
+            yield gw
 
 
 @contextlib.contextmanager
@@ -127,6 +107,7 @@ def run_tasks(cfg: RunConfig, url: str, questions: list[Question], trajectory: P
         "gateway_config_path": str(cfg.gateway_config_path),
         "system_prompt": cfg.system_prompt,
         "call_timeout_s": cfg.gateway.call_timeout_s,
+        "auth_token": resolve_token(cfg.gateway.auth_token),
     }
     n_workers = max(1, min(cfg.workers, len(questions)))
     actors = [RolloutWorkerActor.remote(f"worker-{i}", env_kwargs, cfg.agent) for i in range(n_workers)]
@@ -172,9 +153,9 @@ def run(cfg: RunConfig) -> RunOutcome:
     t0 = time.perf_counter()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
-    data = prepare_data(cfg)
+    data = prepare_data(cfg.dataset, cfg.cache_dir)
     out = cfg.output_dir
-    stats_dir = out / "tool_stats"
+    stats_dir = out / STATS_DIR
     stats_dir.mkdir(parents=True, exist_ok=True)
     # A run starts over in its folder: stale lines would be counted twice.
     for stale in (out / TRAJECTORY_FILE, stats_dir / CALLS_FILE):
@@ -183,12 +164,12 @@ def run(cfg: RunConfig) -> RunOutcome:
     logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, len(data.questions), cfg.gateway_config_path)
 
     # The gateway loads its encoder and indexes while Ray starts.
-    with gateway_for_run(cfg, data.corpus_path, stats_dir) as gateway, ray_session(cfg):
+    with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
         url = gateway.wait_ready()
         logger.info("Gateway ready at %s", url)
         results = run_tasks(cfg, url, data.questions, out / TRAJECTORY_FILE)
     if not cfg.gateway.url:
-        write_report(stats_dir)
+        write_tool_report(out)
     summary = summarize(
         results, mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path), wall_time_s=time.perf_counter() - t0
     )

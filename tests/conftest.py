@@ -18,9 +18,9 @@ from rollout.gateway.stats import StatsCollector
 
 
 @contextlib.contextmanager
-def gateway_on_loopback(gateway_file: Path, kb: KnowledgeBase, stats_dir: Path | None = None) -> Iterator[str]:
-    """Serve `gateway_file` over streamable HTTP on 127.0.0.1 and yield its MCP URL."""
-    collector = StatsCollector(stats_dir) if stats_dir is not None else None
+def gateway_on_loopback(gateway_file: Path, kb: KnowledgeBase, run_dir: Path | None = None) -> Iterator[str]:
+    """Serve `gateway_file` over streamable HTTP on 127.0.0.1 and yield its MCP URL; stats go to run_dir/tool_stats."""
+    collector = StatsCollector(run_dir / "tool_stats") if run_dir is not None else None
     uv = make_uvicorn(build_gateway(load_gateway_file(gateway_file), kb, collector))
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]

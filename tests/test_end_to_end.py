@@ -18,6 +18,7 @@ from rollout.paths import CONF_DIR
 
 SMALL_KB = ["dataset.n_passages=400", "dataset.n_questions=40", "workers=2", "concurrency_per_worker=4"]
 DENSE, SPARSE = "query_knowledge_base_dense", "query_knowledge_base_sparse"
+FUSED = "query_knowledge_base_hybrid"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def runs(ray_local, cache_dir, tmp_path_factory) -> dict[str, Path]:
     """One real run per mode on a small generated knowledge base."""
     out = tmp_path_factory.mktemp("results")
     folders = {}
-    for mode in ("dense", "sparse", "hybrid", "no_tool"):
+    for mode in ("dense", "sparse", "hybrid", "no_tool", "hybrid_fused", "dynamic", "search_recall"):
         cfg = compose_run(f"mode={mode}", f"output_dir={out / mode}", f"cache_dir={cache_dir}", *SMALL_KB)
         folders[mode] = run(cfg).output_dir
     return folders
@@ -61,9 +62,13 @@ def test_each_mode_uses_only_its_tools(runs):
     assert tools_in_stats(runs["sparse"]) == {SPARSE}
     assert tools_in_stats(runs["hybrid"]) == {DENSE, SPARSE}
     assert tools_in_stats(runs["no_tool"]) == set()
+    assert tools_in_stats(runs["hybrid_fused"]) == {FUSED}
+    assert {"list_toolsets", "activate_toolset"} <= tools_in_stats(runs["dynamic"]) <= {
+        "list_toolsets", "activate_toolset", "deactivate_toolset", DENSE, SPARSE}
+    assert tools_in_stats(runs["search_recall"]) <= {"search_documents", "recall_documents"}
 
 
-@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", "no_tool"])
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", "no_tool", "dynamic"])
 def test_output_folder_contract(runs, mode):
     folder = runs[mode]
     trajectory = read_jsonl(folder / "trajectory.jsonl")
@@ -79,7 +84,7 @@ def test_output_folder_contract(runs, mode):
     assert (folder / "config.yaml").read_text().count(f"mode_name: {mode}") == 1
 
 
-@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", "no_tool"])
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", "no_tool", "dynamic", "search_recall"])
 def test_tool_stats_count_every_call_in_the_trajectory(runs, mode):
     folder = runs[mode]
     sent = [c for t in read_jsonl(folder / "trajectory.jsonl") for c in t["tool_calls"] if c["reached_gateway"]]
@@ -91,7 +96,7 @@ def test_tool_stats_count_every_call_in_the_trajectory(runs, mode):
 
 def test_tools_beat_the_no_tool_baseline(runs):
     em = {m: json.loads((f / "evaluation_summary.json").read_text())["metrics"]["exact_match"] for m, f in runs.items()}
-    for mode in ("dense", "sparse", "hybrid"):
+    for mode in ("dense", "sparse", "hybrid", "hybrid_fused", "dynamic", "search_recall"):
         assert em[mode] >= em["no_tool"] + 0.3, em
 
 
@@ -105,7 +110,7 @@ async def test_client_lists_exactly_the_gateway_files_tools(runs, cache_dir, tmp
     corpus = next(cache_dir.glob("demo-400-40-0/corpus.jsonl"))
     for name, expected in [("rag_dense_only.json", [DENSE]), ("rag_hybrid.json", [DENSE, SPARSE])]:
         args = ["--config", str(GATEWAYS_DIR / name), "--corpus", str(corpus), "--cache-dir", str(cache_dir),
-                "--stats-dir", str(tmp_path / name)]
+                "--output-dir", str(tmp_path / name)]
         with GatewayProcess(args, ready_timeout_s=300) as gateway:
             async with Client(gateway.wait_ready()) as client:
                 assert [t.name for t in (await client.list_tools()).tools] == expected

@@ -6,8 +6,14 @@ can run and be scored. It reads only the question and the tool surface — never
 Tools. A tool is a retrieval tool when its schema takes a string ``query``. Its name and
 description say which kind it is: "dense", "semantic", "vector" or "embedding" mean dense;
 "sparse", "bm25", "keyword" or "lexical" mean sparse. Tools without a ``query`` parameter
-(e.g. corpus information) are never called. With no retrieval tool the agent answers from
-the question alone in one turn — the no-tool baseline.
+(e.g. corpus information) are never called, nor are tools that say they list documents
+"without their text". With no retrieval tool the agent answers from the question alone in one
+turn — the no-tool baseline.
+
+Tool sets. When no retrieval tool is offered but ``list_toolsets`` and ``activate_toolset``
+are, the agent lists the sets and activates one inactive set that searches and returns text —
+the one whose description states the kind the question routes to, else the first listed — then
+looks at the tools it is offered again. Both calls are turns.
 
 Routing (when both kinds are offered). A query that contains an identifier-like token — one
 mixing letters and digits, such as ``ORG-5521`` or ``P-48213`` — or a quoted string goes to
@@ -45,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 _DENSE_WORDS = ("dense", "semantic", "vector", "embedding")
 _SPARSE_WORDS = ("sparse", "bm25", "keyword", "lexical")
+_LISTING_WORDS = ("without their text", "without text")
+_SEARCH_WORDS = ("search", "retriev", "recall", "query")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,8 @@ def find_retrieval_tools(tool_specs: list[dict[str, Any]]) -> list[RetrievalTool
         if not isinstance(query, dict) or query.get("type", "string") != "string" or not function.get("name"):
             continue
         words = f"{function.get('name', '')} {function.get('description', '')}".lower()
+        if any(w in words for w in _LISTING_WORDS):
+            continue
         kind = ("sparse" if any(w in words for w in _SPARSE_WORDS)
                 else "dense" if any(w in words for w in _DENSE_WORDS) else "other")
         found.append(RetrievalTool(str(function["name"]), kind, "top_k" in properties))
@@ -79,6 +89,19 @@ def route(query: str, tools: list[RetrievalTool]) -> list[RetrievalTool]:
     first = "sparse" if IDENTIFIER.search(query) else "dense"
     order = {first: 0, "other": 1}
     return sorted(tools, key=lambda t: order.get(t.kind, 2))
+
+
+def pick_toolset(listing: dict[str, Any] | None, question: str) -> str | None:
+    """The inactive tool set to activate from a `list_toolsets` result: one that searches and returns
+    text, preferring the kind `route` would pick for the question; None when no inactive set does."""
+    sets = [t for t in (listing or {}).get("toolsets", []) if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    words = {t["name"]: f"{t['name']} {t.get('description', '')} {' '.join(map(str, t.get('tools', [])))}".lower()
+             for t in sets if not t.get("active")}
+    searching = [name for name, text in words.items()
+                 if any(w in text for w in _SEARCH_WORDS) and not any(w in text for w in _LISTING_WORDS)]
+    wanted = _SPARSE_WORDS if IDENTIFIER.search(question) else _DENSE_WORDS
+    preferred = [name for name in searching if any(w in words[name] for w in wanted)]
+    return (preferred or searching or [None])[0]
 
 
 def evidence_from(result: ToolResult) -> list[Evidence]:
@@ -110,22 +133,26 @@ class _Episode:
         ]
 
     async def call(self, tool: RetrievalTool, query: str) -> ToolResult | None:
-        """Call one tool as one turn; None when the turn budget is spent."""
-        if self.calls_left <= 0:
-            return None
-        self.calls_left -= 1
+        """Call one retrieval tool as one turn; None when the turn budget is spent."""
         arguments: dict[str, Any] = {"query": query}
         if tool.takes_top_k:
             arguments["top_k"] = self.top_k
+        return await self.call_named(tool.name, arguments)
+
+    async def call_named(self, name: str, arguments: dict[str, Any]) -> ToolResult | None:
+        """Call any tool as one turn; None when the turn budget is spent."""
+        if self.calls_left <= 0:
+            return None
+        self.calls_left -= 1
         call_id = f"call_{self.tool_rounds}"
         self.tool_rounds += 1
         self.messages.append({"role": "assistant", "content": None, "tool_calls": [{
             "id": call_id, "type": "function",
-            "function": {"name": tool.name, "arguments": json.dumps(arguments)}}]})
+            "function": {"name": name, "arguments": json.dumps(arguments)}}]})
         try:
-            result = await self.tools.call_tool(tool.name, arguments)
+            result = await self.tools.call_tool(name, arguments)
         except Exception as e:  # noqa: BLE001 — the protocol says tools return errors, but a policy must not die of one
-            logger.debug("tool %s raised instead of returning an error", tool.name, exc_info=True)
+            logger.debug("tool %s raised instead of returning an error", name, exc_info=True)
             result = ToolResult(ok=False, text=f"{type(e).__name__}: {e}")
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result.text})
         return result
@@ -159,9 +186,23 @@ class HeuristicAgent:
         episode = _Episode(question, tools, self.max_turns, self.top_k)
         plan = plan_question(question)
         retrieval = find_retrieval_tools(tools.tool_specs)
+        if not retrieval and await self._activate_retrieval(question, episode):
+            retrieval = find_retrieval_tools(tools.tool_specs)
         if not retrieval or episode.calls_left == 0:
             return episode.finish(guess_without_evidence(plan))
         return episode.finish(await self._answer(plan, retrieval, episode))
+
+    async def _activate_retrieval(self, question: str, episode: _Episode) -> bool:
+        """List the tool sets and activate one that searches, leaving a turn to search with it."""
+        offered = {(s.get("function") or s).get("name") for s in episode.tools.tool_specs if isinstance(s, dict)}
+        if not {"list_toolsets", "activate_toolset"} <= offered or episode.calls_left < 3:
+            return False
+        listing = await episode.call_named("list_toolsets", {})
+        name = pick_toolset(listing.structured if listing is not None and listing.ok else None, question)
+        if name is None:
+            return False
+        activated = await episode.call_named("activate_toolset", {"name": name})
+        return activated is not None and activated.ok
 
     async def _answer(self, plan: QuestionPlan, retrieval: list[RetrievalTool], episode: _Episode) -> str:
         question = plan.question

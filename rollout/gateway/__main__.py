@@ -3,23 +3,34 @@
     python -m rollout.gateway --config conf/gateways/rag_dense_only.json --port 8080
 
 Serves the built-in demo knowledge base unless `--corpus` names a FlashRAG jsonl corpus.
+MCP is at http://HOST:PORT/mcp (or /sse with `--transport sse`), the flat-parameter proxy at
+POST /proxy/tools/NAME/call, the health check at /healthz. With a token (`$ROLLOUT_GATEWAY_TOKEN`
+or `--auth-token`) every route requires `Authorization: Bearer TOKEN`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
 from pathlib import Path
 
-from rollout.errors import RolloutError
+from omegaconf import OmegaConf
+
+from rollout.errors import ConfigError, RolloutError
+from rollout.gateway.app import MCP_PATHS
+from rollout.gateway.auth import TOKEN_ENV, resolve_token
 from rollout.gateway.config import load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import bind_socket, build_gateway, plan_gateway, serve
-from rollout.gateway.stats import StatsCollector, write_report
-from rollout.paths import default_cache_dir
+from rollout.gateway.stats import StatsCollector
+from rollout.report import write_tool_report
+from rollout.report.calls import STATS_DIR
+from rollout.paths import CONF_DIR, default_cache_dir
+from rollout.retrieval.params import RetrievalParams
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -34,14 +45,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--demo-questions", type=int, default=200, help="demo question count (fixes the demo KB's cache key)")
     p.add_argument("--demo-seed", type=int, default=0)
     p.add_argument("--cache-dir", type=Path, default=None, help="index cache (default $ROLLOUT_CACHE_DIR or ~/.cache/rollout)")
-    p.add_argument("--stats-dir", type=Path, default=Path("tool_stats"), help="where tool-call stats are written")
-    p.add_argument("--encoder", default=None, help="sentence-transformers model name or path (default: bundled all-MiniLM-L6-v2)")
-    p.add_argument("--query-prefix", default="", help='prefix for queries, e.g. "query: " for E5')
-    p.add_argument("--passage-prefix", default="", help='prefix for passages, e.g. "passage: " for E5')
-    p.add_argument("--bm25-k1", type=float, default=1.5)
-    p.add_argument("--bm25-b", type=float, default=0.75)
+    p.add_argument("--output-dir", type=Path, default=Path("."), help="tool-call stats go to OUTPUT_DIR/tool_stats")
+    p.add_argument(
+        "--retriever-config", type=Path, default=CONF_DIR / "retriever" / "default.yaml",
+        help="index parameters (YAML or JSON, the shape of conf/retriever/default.yaml)",
+    )
     p.add_argument("--default-top-k", type=int, default=5)
     p.add_argument("--max-top-k", type=int, default=50)
+    p.add_argument("--transport", choices=list(MCP_PATHS), default="streamable-http",
+                   help="MCP transport: streamable-http (at /mcp, default) or sse (at /sse, for older clients)")
+    p.add_argument("--auth-token", default=None,
+                   help=f"require 'Authorization: Bearer TOKEN' on every route (default: ${TOKEN_ENV}; prefer the "
+                        "variable, a command line is visible to other users)")
+    p.add_argument("--tool-timeout-s", type=float, default=None,
+                   help="answer a tool call still running after this many seconds with an error (outcome timeout)")
     p.add_argument("--ready-file", type=Path, help="write the MCP URL here once the port is bound")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -50,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def load_knowledge_base(args: argparse.Namespace, requires: list[str]) -> KnowledgeBase:
     # Imported here so a bad gateway file fails fast, before torch and faiss load.
     from rollout.data import ensure_demo_kb, load_corpus
-    from rollout.retrieval import Encoder, load_or_build_indexes
+    from rollout.retrieval import load_or_build_indexes
 
     cache_dir = args.cache_dir or default_cache_dir()
     corpus_path = args.corpus
@@ -60,18 +77,17 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str]) -> Knowle
         )
         corpus_path = kb_files.corpus_path
     passages = load_corpus(corpus_path)
-    encoder = None
-    if "dense" in requires:
-        encoder = Encoder(args.encoder, query_prefix=args.query_prefix, passage_prefix=args.passage_prefix)
-    retrievers = (
-        load_or_build_indexes(
-            passages, cache_dir, which=requires, encoder=encoder, bm25_k1=args.bm25_k1, bm25_b=args.bm25_b
-        )
-        if requires
-        else {}
-    )
+    params = load_retrieval_params(args.retriever_config)
+    retrievers = load_or_build_indexes(passages, cache_dir, which=requires, params=params) if requires else {}
     logger.info("Serving %d passages from %s with indexes: %s", len(passages), corpus_path, ", ".join(requires) or "none")
     return KnowledgeBase(passages, retrievers, default_top_k=args.default_top_k, max_top_k=args.max_top_k)
+
+
+def load_retrieval_params(path: Path) -> RetrievalParams:
+    if not path.is_file():
+        raise ConfigError(f"retriever config not found: {path}. Pass --retriever-config conf/retriever/default.yaml")
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return RetrievalParams.from_dict(raw if isinstance(raw, dict) else {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     # Per-call detail goes to tool stats; the SDK would log every rejected argument too.
     logging.getLogger("mcp").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    token = resolve_token(args.auth_token)
+    if args.tool_timeout_s is not None and args.tool_timeout_s <= 0:
+        print(f"error: --tool-timeout-s must be positive, got {args.tool_timeout_s:g}", file=sys.stderr)
+        return 2
     try:
         gateway = load_gateway_file(args.config)
         plan = plan_gateway(gateway)
@@ -88,20 +109,34 @@ def main(argv: list[str] | None = None) -> int:
     except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    collector = StatsCollector(args.stats_dir)
-    server = build_gateway(gateway, kb, collector)
+    if token is None and not _is_loopback(args.host):
+        logger.warning("Serving on %s without a token: anyone who can reach the port can call the tools. "
+                       "Set %s to require one.", args.host, TOKEN_ENV)
+    collector = StatsCollector(args.output_dir / STATS_DIR)
     host, port = sock.getsockname()[:2]
-    logger.info("Gateway %s listening on http://%s:%d/mcp", gateway.server_name, host, port)
     # uvicorn re-raises the signal that stopped it; exiting through Python keeps the report step.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        asyncio.run(serve(server, sock, ready_file=args.ready_file))
+        server = build_gateway(gateway, kb, collector, tool_timeout_s=args.tool_timeout_s)
+        logger.info("Gateway %s on http://%s:%d%s (%s%s)", gateway.server_name, host, port,
+                    MCP_PATHS[args.transport], args.transport, ", bearer token required" if token else "")
+        asyncio.run(serve(server, sock, ready_file=args.ready_file, transport=args.transport, auth_token=token))
+    except RolloutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         pass
     finally:
         collector.close()
-        write_report(args.stats_dir)
+        write_tool_report(args.output_dir)
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 if __name__ == "__main__":

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollout.errors import ConfigError
 from rollout.paths import CONF_DIR, PROJECT_ROOT
 
 GATEWAYS_DIR = CONF_DIR / "gateways"
 """The gateway files shipped with the project."""
+
+
+class ToolGroupEntry(BaseModel):
+    """A tool group written as an object, `{"name": "rag_query_sparse", "active": false}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """Registered group name."""
+    active: bool = True
+    """Whether the group's tool set is active when a task starts (with `dynamic_toolsets`)."""
+    description: str | None = None
+    """What `list_toolsets` says about the set; None uses the registered group description."""
 
 
 class GatewayModule(BaseModel):
@@ -22,7 +36,58 @@ class GatewayModule(BaseModel):
     resource_type: str
     """`rag`, `system`, or a type another gateway serves (e.g. `vm_pyautogui`)."""
     tool_groups: list[str] = Field(default_factory=list)
-    """Registered tool groups to expose, in order."""
+    """Registered tool groups to expose, in order (names, also when written as objects)."""
+    group_options: dict[str, ToolGroupEntry] = Field(default_factory=dict)
+    """Groups written as objects in `tool_groups`, by name."""
+    source: Literal["local", "mcp"] = "local"
+    """`local`: registered tool groups; `mcp`: the tools of the MCP server at `url`, as one group `name`."""
+    url: str | None = None
+    """With `source: mcp`, the upstream server's MCP URL (streamable HTTP, or SSE when it ends with /sse)."""
+    name: str | None = None
+    """With `source: mcp`, the tool-set (group) name of the upstream's tools."""
+    tools: list[str] | None = None
+    """With `source: mcp`, the upstream tools to serve; all of them when absent."""
+
+    @model_validator(mode="after")
+    def _check_source(self) -> GatewayModule:
+        if self.source == "mcp":
+            if not self.url or not self.url.startswith(("http://", "https://")) or not self.name:
+                raise ValueError(
+                    'a "source": "mcp" module needs "url" (http://...) and "name", e.g. {"resource_type": "rag", '
+                    '"source": "mcp", "name": "wiki", "url": "http://127.0.0.1:9000/mcp"}'
+                )
+            if self.tool_groups:
+                raise ValueError('a "source": "mcp" module serves the upstream\'s tools: list them in "tools", '
+                                 'not "tool_groups"')
+        elif self.url is not None or self.tools is not None:
+            raise ValueError('"url" and "tools" belong to upstream modules: add "source": "mcp"')
+        return self
+
+    @property
+    def group_names(self) -> list[str]:
+        """The groups this module brings: its `tool_groups`, or its `name` for an upstream module."""
+        return [self.name] if self.source == "mcp" and self.name else list(self.tool_groups)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_group_objects(cls, data: Any) -> Any:
+        # Object-form groups become a name in `tool_groups` plus an entry in `group_options`,
+        # so code that reads `tool_groups` as names keeps working.
+        if not isinstance(data, dict) or not isinstance(data.get("tool_groups"), list):
+            return data
+        names: list[Any] = []
+        options = dict(data.get("group_options") or {})
+        for entry in data["tool_groups"]:
+            if isinstance(entry, dict):
+                if not isinstance(entry.get("name"), str):
+                    raise ValueError(
+                        'a tool group written as an object needs a "name", e.g. '
+                        '{"name": "rag_query_sparse", "active": false}'
+                    )
+                options.setdefault(entry["name"], entry)
+                entry = entry["name"]
+            names.append(entry)
+        return {**data, "tool_groups": names, "group_options": options}
 
 
 class GatewayFile(BaseModel):
@@ -34,10 +99,25 @@ class GatewayFile(BaseModel):
     """Name the MCP server announces."""
     modules: list[GatewayModule] = Field(default_factory=list)
     """Modules to serve; the RAG environment keeps only `resource_type == "rag"`."""
+    dynamic_toolsets: bool = False
+    """Each group is a tool set a task may activate and deactivate (`list_toolsets`,
+    `activate_toolset`, `deactivate_toolset`); a group's `active` sets where it starts."""
 
     def tool_groups(self) -> list[str]:
-        """All groups named by the modules, de-duplicated, in order."""
-        return list(dict.fromkeys(g for m in self.modules for g in m.tool_groups))
+        """All groups named by the modules (an upstream module's is its `name`), de-duplicated, in order."""
+        return list(dict.fromkeys(g for m in self.modules for g in m.group_names))
+
+    def group_entry(self, name: str) -> ToolGroupEntry:
+        """How the file writes group `name`: its object form, or the defaults for a plain string."""
+        for module in self.modules:
+            if name in module.group_options:
+                return module.group_options[name]
+        return ToolGroupEntry(name=name)
+
+    def active_groups(self) -> list[str]:
+        """Groups whose tool set is active when a task starts: all of them unless `dynamic_toolsets`."""
+        groups = self.tool_groups()
+        return [g for g in groups if self.group_entry(g).active] if self.dynamic_toolsets else groups
 
 
 def available_gateway_files(near: Path | None = None) -> list[str]:

@@ -1,7 +1,17 @@
-"""The knowledge base a gateway serves: passages plus the indexes its tools need."""
+"""The knowledge base a gateway serves: passages plus the indexes its tools need.
+
+Passage search ranks passages with one index. Document search and recall work on source
+documents (`Passage.source_id`): `search_documents` ranks passages with the sparse index and
+keeps each document's best passage score; `recall_documents` takes the passages of chosen
+documents, splits long ones into chunks of `chunk_tokens` whitespace tokens, re-ranks the
+chunks with BM25 computed over those chunks alone, and returns them best first up to a budget of
+whitespace tokens (the chunk that crosses the budget is cut to fit, and the rest left out).
+"""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -9,12 +19,17 @@ from pydantic import BaseModel, Field
 
 from rollout.data.records import Passage
 from rollout.retrieval import Retriever
+from rollout.retrieval.tokenizer import tokenize_batch
+
+_BM25_K1 = 1.5
+_BM25_B = 0.75
 
 
 class PassageHit(BaseModel):
     """One ranked passage in a tool result."""
 
     id: str = Field(description="Passage id in the corpus")
+    doc_id: str = Field(description="Source document id (the passage id unless documents were chunked)")
     title: str = Field(description="Passage title")
     text: str = Field(description="Passage text")
     score: float = Field(description="Retriever score (higher is better; scales differ between retrievers)")
@@ -25,8 +40,60 @@ class SearchResult(BaseModel):
     """Structured content of a retrieval tool call."""
 
     query: str = Field(description="The query as searched")
-    retriever: str = Field(description="Which index answered: dense or sparse")
+    retriever: str = Field(description="Which index answered: dense, sparse or hybrid")
     results: list[PassageHit] = Field(description="Passages, best first")
+
+
+class DocumentHit(BaseModel):
+    """One ranked source document in a document search; no content."""
+
+    id: str = Field(description="Document id (the same as doc_id; pass it to recall_documents)")
+    doc_id: str = Field(description="Source document id")
+    title: str = Field(description="Title of the document's best-matching passage")
+    score: float = Field(description="BM25 score of the document's best-matching passage (higher is better)")
+    rank: int = Field(description="1-based rank")
+    num_passages: int = Field(description="Passages the document has in the corpus")
+
+
+class DocumentSearchResult(BaseModel):
+    """Structured content of a document search."""
+
+    query: str = Field(description="The query as searched")
+    results: list[DocumentHit] = Field(description="Documents sharing words with the query, best first")
+
+
+class RecalledPassage(BaseModel):
+    """One passage (or chunk of a long passage) recalled for a query."""
+
+    id: str = Field(description="Passage id in the corpus")
+    doc_id: str = Field(description="Source document id")
+    chunk: int = Field(description="0-based chunk of the passage (passages longer than the chunk size are split)")
+    title: str = Field(description="Passage title")
+    text: str = Field(description="The chunk's text")
+    score: float = Field(description="BM25 score against the query, over the recalled chunks only")
+    rank: int = Field(description="1-based rank")
+    tokens: int = Field(description="Whitespace tokens of text")
+    truncated: bool = Field(description="True when the text was cut to fit the token budget")
+
+
+class RecallResult(BaseModel):
+    """Structured content of a recall."""
+
+    query: str = Field(description="The query the chunks were ranked against")
+    doc_ids: list[str] = Field(description="Documents recalled from, as given or as found by search_documents")
+    max_tokens: int = Field(description="Token budget (whitespace tokens of text)")
+    total_tokens: int = Field(description="Whitespace tokens returned, at most max_tokens")
+    results: list[RecalledPassage] = Field(description="Chunks, best first")
+
+    def render(self) -> str:
+        """The chunks as text for a model: a header per chunk, then its text."""
+        if not self.results:
+            return f"No passages recalled for {self.query!r}."
+        blocks = [
+            f"[{r.rank}] {r.title} (doc {r.doc_id}, passage {r.id}, chunk {r.chunk}, score {r.score:.3f})\n{r.text}"
+            for r in self.results
+        ]
+        return "\n\n".join(blocks)
 
 
 class CorpusInfo(BaseModel):
@@ -47,14 +114,33 @@ class KnowledgeBase:
     default_top_k: int = 5
     max_top_k: int = 50
     max_query_chars: int = 2000
+    default_max_files: int = 10
+    max_files: int = 50
+    max_recall_tokens: int = 32000
+    chunk_tokens: int = 200
+    """Passages longer than this many whitespace tokens are recalled in chunks."""
+    _doc_rows: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def search(self, kind: str, query: str, top_k: int | None) -> SearchResult:
-        """Rank passages for one query; argument problems raise ValueError for the agent to read."""
+    def doc_rows(self) -> dict[str, tuple[int, ...]]:
+        """Passage rows of each source document, in corpus order; built on first use."""
+        if self._doc_rows is None:
+            rows: dict[str, list[int]] = {}
+            for row, p in enumerate(self.passages):
+                rows.setdefault(p.source_id, []).append(row)
+            self._doc_rows = {doc: tuple(r) for doc, r in rows.items()}
+        return self._doc_rows
+
+    def _check_query(self, query: str) -> str:
         query = query.strip()
         if not query:
             raise ValueError("query is empty: pass the words to search for")
         if len(query) > self.max_query_chars:
             raise ValueError(f"query is {len(query)} characters; the limit is {self.max_query_chars}")
+        return query
+
+    def search(self, kind: str, query: str, top_k: int | None) -> SearchResult:
+        """Rank passages for one query; argument problems raise ValueError for the agent to read."""
+        query = self._check_query(query)
         k = self.default_top_k if top_k is None else top_k
         if not 1 <= k <= self.max_top_k:
             raise ValueError(f"top_k must be between 1 and {self.max_top_k}, got {k}")
@@ -67,5 +153,114 @@ class KnowledgeBase:
             if row < 0:
                 break
             p = self.passages[row]
-            results.append(PassageHit(id=p.id, title=p.title, text=p.text, score=score, rank=len(results) + 1))
+            results.append(
+                PassageHit(id=p.id, doc_id=p.source_id, title=p.title, text=p.text, score=score, rank=len(results) + 1)
+            )
         return SearchResult(query=query, retriever=kind, results=results)
+
+    def search_documents(self, query: str, max_files: int | None = None) -> DocumentSearchResult:
+        """Rank source documents by their best passage's BM25 score; documents sharing no word are left out."""
+        query = self._check_query(query)
+        n = self.default_max_files if max_files is None else max_files
+        if not 1 <= n <= self.max_files:
+            raise ValueError(f"max_files must be between 1 and {self.max_files}, got {n}")
+        retriever = self.retrievers.get("sparse")
+        if retriever is None:
+            raise ValueError("the sparse index is not loaded on this gateway")
+        # Deep enough that documents split into many passages still yield n distinct documents.
+        depth = min(len(self.passages), max(100, 10 * n))
+        hits = retriever.search([query], depth)
+        options = self._tokenizer_options()
+        terms = set(tokenize_batch([query], **options)[0])
+        best: dict[str, tuple[float, int]] = {}
+        for row, score in zip(hits.indices[0].tolist(), hits.scores[0].tolist(), strict=True):
+            if row < 0 or self.passages[row].source_id in best:
+                continue
+            # BM25's IDF can be 0 for a word in half the corpus: a zero score may still be a match.
+            if score <= 0.0 and terms.isdisjoint(tokenize_batch([self.passages[row].contents], **options)[0]):
+                continue
+            best[self.passages[row].source_id] = (score, row)
+        ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))[:n]
+        doc_rows = self.doc_rows()
+        results = [
+            DocumentHit(id=doc, doc_id=doc, title=self.passages[row].title, score=score, rank=i,
+                        num_passages=len(doc_rows[doc]))
+            for i, (doc, (score, row)) in enumerate(ranked, start=1)
+        ]
+        return DocumentSearchResult(query=query, results=results)
+
+    def recall_documents(self, query: str, max_tokens: int, doc_ids: Sequence[str] | None = None) -> RecallResult:
+        """The passages of `doc_ids` (or of a document search for `query`), chunked, re-ranked against
+        the query and cut to `max_tokens` whitespace tokens, best first."""
+        query = self._check_query(query)
+        if not 1 <= max_tokens <= self.max_recall_tokens:
+            raise ValueError(f"max_tokens must be between 1 and {self.max_recall_tokens}, got {max_tokens}")
+        doc_rows = self.doc_rows()
+        if doc_ids:
+            docs = list(dict.fromkeys(str(d) for d in doc_ids))
+            if len(docs) > self.max_files:
+                raise ValueError(f"at most {self.max_files} doc_ids per call, got {len(docs)}")
+            unknown = [d for d in docs if d not in doc_rows]
+            if unknown:
+                raise ValueError(
+                    f"unknown document ids: {', '.join(unknown)}. Pass ids that search_documents returned "
+                    "(results[].doc_id), or leave doc_ids out to search by the query"
+                )
+        else:
+            docs = [hit.doc_id for hit in self.search_documents(query).results]
+        chunks = [c for doc in docs for row in doc_rows[doc] for c in self._chunks(row)]
+        scores = _bm25_scores(query, [f"{title}\n{text}" for _, _, title, text in chunks], self._tokenizer_options())
+        order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
+        results: list[RecalledPassage] = []
+        used = 0
+        for i in order:
+            if used >= max_tokens:
+                break
+            row, number, title, text = chunks[i]
+            words = text.split()
+            truncated = used + len(words) > max_tokens
+            if truncated:
+                words = words[: max_tokens - used]
+                text = " ".join(words)
+            used += len(words)
+            p = self.passages[row]
+            results.append(
+                RecalledPassage(id=p.id, doc_id=p.source_id, chunk=number, title=title, text=text, score=scores[i],
+                                rank=len(results) + 1, tokens=len(words), truncated=truncated)
+            )
+        return RecallResult(query=query, doc_ids=docs, max_tokens=max_tokens, total_tokens=used, results=results)
+
+    def _chunks(self, row: int) -> list[tuple[int, int, str, str]]:
+        """(row, chunk number, title, text) of a passage: itself, or pieces of `chunk_tokens` words."""
+        p = self.passages[row]
+        words = p.text.split()
+        if len(words) <= self.chunk_tokens:
+            return [(row, 0, p.title, p.text)]
+        size = self.chunk_tokens
+        return [(row, i, p.title, " ".join(words[start : start + size]))
+                for i, start in enumerate(range(0, len(words), size))]
+
+    def _tokenizer_options(self) -> dict[str, bool]:
+        params = getattr(self.retrievers.get("sparse"), "params", None)
+        return {"stopwords": getattr(params, "stopwords", True), "stemming": getattr(params, "stemming", False)}
+
+
+def _bm25_scores(query: str, texts: Sequence[str], options: dict[str, bool]) -> list[float]:
+    """Okapi BM25 of `query` against each text, with document frequencies taken over `texts` only.
+
+    IDF is ln(1 + (N - df + 0.5) / (df + 0.5)), which stays positive however few texts there are.
+    """
+    if not texts:
+        return []
+    query_terms, *docs = tokenize_batch([query, *texts], **options)
+    counts = [Counter(d) for d in docs]
+    df = Counter(term for c in counts for term in c)
+    n = len(docs)
+    avg_len = sum(len(d) for d in docs) / n or 1.0
+    terms = list(dict.fromkeys(query_terms))
+    idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
+    scores = []
+    for doc, c in zip(docs, counts, strict=True):
+        norm = _BM25_K1 * (1.0 - _BM25_B + _BM25_B * len(doc) / avg_len)
+        scores.append(sum(idf[t] * c[t] * (_BM25_K1 + 1.0) / (c[t] + norm) for t in terms if c[t]))
+    return scores

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -12,17 +13,24 @@ from pathlib import Path
 import httpx
 
 from rollout.errors import GatewayError
+from rollout.gateway.auth import TOKEN_ENV, auth_headers, resolve_token
 
 logger = logging.getLogger(__name__)
 
 
 class GatewayProcess:
-    """`python -m rollout.gateway ARGS --port 0` as a context manager; `wait_ready()` gives its MCP URL."""
+    """`python -m rollout.gateway ARGS --port 0` as a context manager; `wait_ready()` gives its MCP URL.
 
-    def __init__(self, args: list[str], *, host: str = "127.0.0.1", ready_timeout_s: float = 900.0):
+    `auth_token` (default `$ROLLOUT_GATEWAY_TOKEN`) reaches the child through its environment, not
+    its command line, and goes with the health checks.
+    """
+
+    def __init__(self, args: list[str], *, host: str = "127.0.0.1", ready_timeout_s: float = 900.0,
+                 auth_token: str | None = None):
         self.args = list(args)
         self.host = host
         self.ready_timeout_s = ready_timeout_s
+        self.auth_token = resolve_token(auth_token)
         self.url: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="rollout-gateway-")
@@ -42,7 +50,8 @@ class GatewayProcess:
                "--ready-file", str(self._ready_file)]
         logger.debug("starting gateway: %s", " ".join(cmd))
         # The child inherits stdout/stderr so its index-building progress shows in the run's console.
-        self._proc = subprocess.Popen(cmd)
+        env = {**os.environ, TOKEN_ENV: self.auth_token} if self.auth_token else None
+        self._proc = subprocess.Popen(cmd, env=env)
         self._deadline = time.monotonic() + self.ready_timeout_s
 
     def wait_ready(self) -> str:
@@ -68,14 +77,19 @@ class GatewayProcess:
             raise GatewayError(f"gateway exited with code {code} before it was ready; its error is printed above")
 
     def _wait_healthy(self, url: str, deadline: float) -> None:
-        health = url.removesuffix("/mcp") + "/healthz"
+        health = url.rsplit("/", 1)[0] + "/healthz"
+        headers = auth_headers(self.auth_token)
         while True:
             self._check_alive()
             try:
-                if httpx.get(health, timeout=5.0).status_code == 200:
-                    return
+                response = httpx.get(health, headers=headers, timeout=5.0)
             except httpx.HTTPError:
-                pass
+                response = None
+            if response is not None and response.status_code == 200:
+                return
+            if response is not None and response.status_code == 401:
+                self.stop()
+                raise GatewayError(f"gateway at {url} refused the health check (401): {response.text.strip()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise GatewayError(f"gateway at {url} did not answer {health}")

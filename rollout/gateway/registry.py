@@ -33,6 +33,22 @@ class ToolGroup:
     """Indexes the group's tools need loaded (`dense`, `sparse`)."""
     tools: tuple[ToolFn, ...]
     """Registered functions, in registration order."""
+    summary: str | None = None
+    """Description given at registration; None builds one from the tools' docstrings."""
+
+    @property
+    def description(self) -> str:
+        """What the group offers, for the model: the registered summary, else the first
+        docstring line of each tool, joined."""
+        if self.summary:
+            return self.summary
+        lines = (_first_line(fn) for fn in self.tools)
+        return " ".join(dict.fromkeys(line for line in lines if line))
+
+
+def _first_line(fn: ToolFn) -> str:
+    doc = (fn.__doc__ or "").strip()
+    return doc.splitlines()[0].strip() if doc else ""
 
 
 class UnknownToolGroupError(ConfigError):
@@ -53,9 +69,18 @@ class ToolRegistry:
 
     @classmethod
     def register_tool(
-        cls, group: str, *, resource_type: str = "rag", requires: Iterable[str] = ()
+        cls,
+        group: str,
+        *,
+        resource_type: str = "rag",
+        requires: Iterable[str] = (),
+        description: str | None = None,
     ) -> Callable[[ToolFn], ToolFn]:
-        """Register the decorated function as a tool of `group`."""
+        """Register the decorated function as a tool of `group`.
+
+        `description` describes the whole group (a tool set the model can read about); without
+        one the group is described by the first docstring line of its tools.
+        """
         if callable(group):
             raise TypeError(
                 "register_tool takes a group name: write @ToolRegistry.register_tool('group'), "
@@ -72,8 +97,14 @@ class ToolRegistry:
             tools = existing.tools if existing else ()
             if fn not in tools:
                 tools = (*tools, fn)
+            summary = existing.summary if existing else None
+            if description is not None and summary is not None and description != summary:
+                raise ValueError(
+                    f"tool group {group!r} already has the description {summary!r}; "
+                    f"{fn.__name__} gives another one. Describe a group once."
+                )
             needs = tuple(dict.fromkeys((*(existing.requires if existing else ()), *requires)))
-            cls._groups[group] = ToolGroup(group, resource_type, needs, tools)
+            cls._groups[group] = ToolGroup(group, resource_type, needs, tools, description or summary)
             logger.debug("registered tool %s in group %s", fn.__name__, group)
             return fn
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
@@ -14,10 +15,15 @@ from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from rollout.errors import ConfigError
+from rollout.gateway.app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.config import GatewayFile
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware
+from rollout.gateway.timeout import CallTimeout
+from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolSet, ToolsetCatalog, ToolsetGate, local_toolsets
+from rollout.gateway.upstream import UpstreamTools, upstream_specs
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +50,10 @@ class GatewayPlan:
     """Indexes those tools need (`dense`, `sparse`)."""
     skipped_resource_types: list[str]
     """Module types this gateway has no tools for (served elsewhere)."""
+    toolsets: list[ToolSet] = field(default_factory=list)
+    """One tool set per served group (the `toolsets` management group excepted)."""
+    dynamic: bool = False
+    """Tasks activate and deactivate sets (`dynamic_toolsets` in the gateway file)."""
 
 
 def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
@@ -58,11 +68,23 @@ def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
             skipped[module.resource_type] = None
             continue
         for name in module.tool_groups:
+            if name == TOOLSETS_GROUP and not gateway.dynamic_toolsets:
+                raise ConfigError(
+                    f'tool group {TOOLSETS_GROUP!r} is served only with "dynamic_toolsets": true; '
+                    "set it in the gateway file, which then adds the group by itself"
+                )
             group = ToolRegistry.get_group(name)
             requires.update(dict.fromkeys(group.requires))
             for fn in group.tools:
                 tools.setdefault(fn, ServedTool(fn, name, group.resource_type))
-    return GatewayPlan(list(tools.values()), list(requires), list(skipped))
+    if gateway.dynamic_toolsets:
+        group = ToolRegistry.get_group(TOOLSETS_GROUP)
+        for fn in group.tools:
+            tools.setdefault(fn, ServedTool(fn, TOOLSETS_GROUP, group.resource_type))
+    served = list(tools.values())
+    return GatewayPlan(
+        served, list(requires), list(skipped), local_toolsets(gateway, served), gateway.dynamic_toolsets
+    )
 
 
 @dataclass(slots=True)
@@ -70,24 +92,49 @@ class GatewayState:
     """Lifespan context every tool call can read."""
 
     kb: KnowledgeBase
+    toolsets: ToolsetCatalog | None = None
+    """Per-task tool-set state when the gateway file is dynamic."""
 
 
-def build_gateway(gateway: GatewayFile, kb: KnowledgeBase, collector: StatsCollector | None = None) -> MCPServer:
-    """An MCPServer with only the configured tools, stats middleware and a /healthz route."""
+def build_gateway(
+    gateway: GatewayFile, kb: KnowledgeBase, collector: StatsCollector | None = None, *,
+    tool_timeout_s: float | None = None,
+) -> GatewayServer:
+    """An MCPServer with only the configured tools (local and upstream), stats middleware, /healthz and the proxy.
+
+    Upstream sessions open when the server runs (`serve`, `make_uvicorn`, or `server.running()`).
+    """
     plan = plan_gateway(gateway)
     if plan.skipped_resource_types:
         logger.warning(
             "Skipping modules this gateway does not serve: %s", ", ".join(plan.skipped_resource_types)
         )
 
+    # Sets of tools proxied from other MCP servers join with `catalog.add(ToolSet(..., source="mcp"))`.
+    catalog = ToolsetCatalog(plan.toolsets) if plan.dynamic else None
+
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[GatewayState]:
-        yield GatewayState(kb=kb)
+        yield GatewayState(kb=kb, toolsets=catalog)
 
-    server = MCPServer(
+    upstreams = UpstreamTools(
+        upstream_specs(gateway), local_tools=[t.fn.__name__ for t in plan.tools],
+        local_groups=[t.group for t in plan.tools], catalog=catalog,
+    )
+    # Outermost first: the stats middleware also records the calls the tool-set gate refuses.
+    middleware = [ToolStatsMiddleware(collector)] if collector is not None else []
+    if catalog is not None:
+        middleware.append(ToolsetGate(catalog))
+    extensions = [CallTimeout(tool_timeout_s)] if tool_timeout_s else []
+    if upstreams.sets:
+        middleware.append(upstreams.list_tools_middleware)
+        extensions.append(upstreams)
+    server = GatewayServer(
         name=gateway.server_name,
         lifespan=lifespan,
-        middleware=[ToolStatsMiddleware(collector)] if collector is not None else None,
+        middleware=middleware or None,
+        extensions=extensions,
+        upstreams=upstreams,
         log_level="WARNING",
     )
     for tool in plan.tools:
@@ -102,7 +149,8 @@ def build_gateway(gateway: GatewayFile, kb: KnowledgeBase, collector: StatsColle
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "server_name": gateway.server_name, "tools": tool_names})
+        tools = tool_names + server.upstreams.tool_names
+        return JSONResponse({"status": "ok", "server_name": gateway.server_name, "tools": tools})
 
     return server
 
@@ -110,7 +158,9 @@ def build_gateway(gateway: GatewayFile, kb: KnowledgeBase, collector: StatsColle
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind before serving so port 0 gets a free port we can report before uvicorn starts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP. Without it
+    # every response whose headers and body leave in two writes waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
@@ -118,17 +168,30 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_uvicorn(server: MCPServer) -> uvicorn.Server:
-    """A uvicorn server for the gateway's streamable-HTTP app (MCP at `/mcp`)."""
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+def make_uvicorn(
+    server: MCPServer, *, transport: str = "streamable-http", auth_token: str | None = None,
+    host: str = "127.0.0.1", start_runtime: bool = True,
+) -> uvicorn.Server:
+    """A uvicorn server for the gateway's app: MCP at `/mcp` (streamable HTTP) or `/sse` (SSE), see `gateway_app`."""
+    app = gateway_app(server, transport=transport, auth_token=auth_token, host=host, start_runtime=start_runtime)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     return uvicorn.Server(config)
 
 
-async def serve(server: MCPServer, sock: socket.socket, *, ready_file: Path | None = None) -> None:
-    """Serve on an already bound socket until signalled; write the URL to `ready_file` first."""
-    if ready_file is not None:
-        host, port = sock.getsockname()[:2]
-        tmp = ready_file.with_suffix(".tmp")
-        tmp.write_text(f"http://{host}:{port}/mcp\n", encoding="utf-8")
-        tmp.replace(ready_file)
-    await make_uvicorn(server).serve(sockets=[sock])
+async def serve(
+    server: MCPServer, sock: socket.socket, *, ready_file: Path | None = None, transport: str = "streamable-http",
+    auth_token: str | None = None,
+) -> None:
+    """Serve on an already bound socket until signalled; write the MCP URL to `ready_file` first.
+
+    Upstream sessions open before the URL is announced: an unreachable upstream raises `GatewayError` here.
+    """
+    host, port = sock.getsockname()[:2]
+    runtime = server.running() if isinstance(server, GatewayServer) else contextlib.nullcontext()
+    async with runtime:
+        if ready_file is not None:
+            tmp = ready_file.with_suffix(".tmp")
+            tmp.write_text(f"http://{host}:{port}{mcp_path(transport)}\n", encoding="utf-8")
+            tmp.replace(ready_file)
+        uv = make_uvicorn(server, transport=transport, auth_token=auth_token, host=host, start_runtime=False)
+        await uv.serve(sockets=[sock])

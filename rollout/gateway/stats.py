@@ -2,7 +2,7 @@
 
 Each call becomes one line of `realtime_calls.jsonl`, appended and flushed before the
 response leaves the gateway, so a crash loses nothing already answered. Reports are
-rebuilt from that file, never from in-memory counters.
+rebuilt from that file by `rollout.report`, never from in-memory counters.
 """
 
 from __future__ import annotations
@@ -14,17 +14,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import pandas as pd
 
 logger = logging.getLogger(__name__)
 
 CALLS_FILE = "realtime_calls.jsonl"
-REPORT_FILE = "report.json"
 META_TASK_ID = "rollout/task_id"
 META_WORKER_ID = "rollout/worker_id"
 META_CALL_ID = "rollout/call_id"
+META_OUTCOME = "rollout/outcome"
+"""Result `_meta` key with which the gateway marks errors it made itself (`timeout`, `upstream_unavailable`)."""
 
-StatsOutcome = Literal["ok", "tool_error", "invalid_arguments", "unknown_tool", "protocol_error", "cancelled"]
+StatsOutcome = Literal[
+    "ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "upstream_unavailable", "protocol_error",
+    "cancelled",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,15 +78,19 @@ def _field(result: Any, attr: str, key: str) -> Any:
     return result.get(key) if isinstance(result, dict) else getattr(result, attr, None)
 
 
-def _classify(result: Any) -> tuple[bool, StatsOutcome, str | None, list[str]]:
+def classify_result(result: Any) -> tuple[bool, StatsOutcome, str | None, list[str]]:
+    """(ok, outcome, error text, result passage ids) of a tools/call result, model or wire dict."""
     if not _field(result, "is_error", "isError"):
         structured = _field(result, "structured_content", "structuredContent") or {}
         ids = [str(r.get("id")) for r in structured.get("results", []) if isinstance(r, dict)]
         return True, "ok", None, ids
     content = _field(result, "content", "content") or []
     text = " ".join(str(_field(c, "text", "text") or "") for c in content).strip()
-    if "validation error" in text:
-        outcome: StatsOutcome = "invalid_arguments"
+    marked = (_field(result, "meta", "_meta") or {}).get(META_OUTCOME)
+    if marked in ("timeout", "upstream_unavailable"):
+        outcome: StatsOutcome = marked
+    elif "validation error" in text:
+        outcome = "invalid_arguments"
     elif text.startswith("Unknown tool"):
         outcome = "unknown_tool"
     else:
@@ -107,7 +114,7 @@ class ToolStatsMiddleware:
         ok, outcome, error, ids = False, "protocol_error", None, []
         try:
             result = await call_next(ctx)
-            ok, outcome, error, ids = _classify(result)
+            ok, outcome, error, ids = classify_result(result)
             return result
         except BaseException as e:
             outcome = "cancelled" if _is_cancellation(e) else "protocol_error"
@@ -134,63 +141,3 @@ def _is_cancellation(e: BaseException) -> bool:
     import anyio
 
     return isinstance(e, anyio.get_cancelled_exc_class())
-
-
-def read_calls(stats_dir: Path) -> pd.DataFrame:
-    """All recorded calls of a run as a DataFrame (empty with the right columns when none)."""
-    path = Path(stats_dir) / CALLS_FILE
-    columns = list(CallStat.__dataclass_fields__)
-    if not path.is_file() or path.stat().st_size == 0:
-        return pd.DataFrame(columns=columns)
-    return pd.read_json(path, lines=True, dtype={"call_id": str, "task_id": str, "worker_id": str})
-
-
-def _per_group(df: pd.DataFrame, key: str, name: str) -> list[dict[str, Any]]:
-    rows = []
-    for value, g in df.groupby(key, sort=True, dropna=False):
-        total = len(g)
-        success = int(g["ok"].sum())
-        rows.append(
-            {
-                name: None if pd.isna(value) else str(value),
-                "total_calls": total,
-                "success_calls": success,
-                "failed_calls": total - success,
-                "success_rate": round(success / total, 4) if total else None,
-                "p50_ms": round(float(g["duration_ms"].quantile(0.5)), 3),
-                "p95_ms": round(float(g["duration_ms"].quantile(0.95)), 3),
-                "calls_by_tool": {str(k): int(v) for k, v in g["tool_name"].value_counts().sort_index().items()},
-            }
-        )
-    return rows
-
-
-def build_report(stats_dir: Path) -> dict[str, Any]:
-    """Summary, per-tool and per-task tables of one run's tool calls."""
-    df = read_calls(stats_dir)
-    total = len(df)
-    success = int(df["ok"].sum()) if total else 0
-    tools = _per_group(df, "tool_name", "tool_name") if total else []
-    for row in tools:
-        row.pop("calls_by_tool")
-    return {
-        "summary": {
-            "total_calls": total,
-            "success_calls": success,
-            "failed_calls": total - success,
-            "success_rate": round(success / total, 4) if total else None,
-            "tools_used": sorted(df["tool_name"].unique().tolist()) if total else [],
-            "outcomes": {str(k): int(v) for k, v in df["outcome"].value_counts().sort_index().items()} if total else {},
-        },
-        "tools": tools,
-        "tasks": _per_group(df, "task_id", "task_id") if total else [],
-    }
-
-
-def write_report(stats_dir: Path) -> Path:
-    """Rebuild `report.json` from `realtime_calls.jsonl`."""
-    stats_dir = Path(stats_dir)
-    stats_dir.mkdir(parents=True, exist_ok=True)
-    out = stats_dir / REPORT_FILE
-    out.write_text(json.dumps(build_report(stats_dir), indent=2) + "\n", encoding="utf-8")
-    return out

@@ -7,7 +7,7 @@ from rollout.data.records import Passage
 from rollout.errors import ConfigError, GatewayError
 from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.stats import read_calls
+from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever
 from tests.conftest import gateway_on_loopback
 
@@ -60,7 +60,7 @@ async def test_calls_carry_ids_to_the_gateway_stats(kb, tmp_path):
     assert [c.outcome for c in task.calls] == ["ok", "invalid_arguments", "unknown_tool"]
     assert task.calls[0].result_ids == ["d0", "d1"]
     assert task.calls[2].reached_gateway is False
-    stats = read_calls(tmp_path)
+    stats = load_calls(tmp_path)
     sent = [c for c in task.calls if c.reached_gateway]
     assert stats["call_id"].tolist() == [c.call_id for c in sent]
     assert set(stats["task_id"]) == {"task-1"} and set(stats["worker_id"]) == {"w3"}

@@ -7,7 +7,8 @@ from rollout.data.records import Passage
 from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway
-from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, StatsCollector, build_report, read_calls
+from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, StatsCollector
+from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
 
 PASSAGES = [
@@ -42,7 +43,7 @@ async def test_search_returns_ranked_structured_passages(kb):
 
 
 async def test_every_call_is_recorded_once_with_its_outcome(kb, tmp_path):
-    collector = StatsCollector(tmp_path)
+    collector = StatsCollector(tmp_path / "tool_stats")
     server = build_gateway(load_gateway_file(GATEWAYS_DIR / "rag_sparse_only.json"), kb, collector)
     calls = [
         ("query_knowledge_base_sparse", {"query": "Voss"}, "ok"),
@@ -56,11 +57,11 @@ async def test_every_call_is_recorded_once_with_its_outcome(kb, tmp_path):
             result = await client.call_tool(name, args, meta={META_CALL_ID: f"c{i}", META_TASK_ID: "t1"})
             assert result.is_error == (i > 0)
     collector.close()
-    df = read_calls(tmp_path)
+    df = load_calls(tmp_path)
     assert df["call_id"].tolist() == [f"c{i}" for i in range(len(calls))]
     assert df["outcome"].tolist() == [c[2] for c in calls]
     assert df.loc[0, "result_ids"][0] == "d0"
-    report = build_report(tmp_path)
+    report = build_tool_report(tmp_path)
     assert report["summary"]["total_calls"] == 5 and report["summary"]["failed_calls"] == 4
     by_tool = {t["tool_name"]: t for t in report["tools"]}
     assert by_tool["query_knowledge_base_sparse"]["total_calls"] == 4

@@ -1,0 +1,78 @@
+"""The gateway as an HTTP app: an MCP transport, the tool proxy, the bearer token, and what runs beside them.
+
+`GatewayServer` is the `MCPServer` that `build_gateway` returns; besides the tools it holds the
+sessions that must live as long as the app, in the serving event loop: one to each upstream MCP
+server and the proxy's in-process one. `gateway_app` wraps the SDK's streamable-HTTP or SSE app
+so that those open at startup (an unreachable upstream fails the startup) and close at shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+
+from rollout.errors import ConfigError
+from rollout.gateway.auth import BearerTokenAuth
+from rollout.gateway.proxy import PROXY_ROUTE, ToolProxy
+from rollout.gateway.upstream import UpstreamTools
+
+Transport = Literal["streamable-http", "sse"]
+MCP_PATHS: dict[str, str] = {"streamable-http": "/mcp", "sse": "/sse"}
+"""Where each transport serves MCP (SSE also posts messages to `/messages/`)."""
+
+
+class GatewayServer(MCPServer):
+    """An `MCPServer` with upstream tool sets and the flat-parameter HTTP proxy (`POST /proxy/tools/{name}/call`)."""
+
+    def __init__(self, *args: Any, upstreams: UpstreamTools | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.upstreams = upstreams if upstreams is not None else UpstreamTools()
+        self.proxy = ToolProxy(self)
+        self.custom_route(PROXY_ROUTE, methods=["POST"], name="tool_proxy")(self.proxy.handle)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Open the upstream sessions (a `GatewayError` names one that is unreachable), then the proxy's."""
+        async with contextlib.AsyncExitStack() as stack:
+            await self.upstreams.start()
+            stack.push_async_callback(self.upstreams.stop)
+            await self.proxy.start()
+            stack.push_async_callback(self.proxy.stop)
+            yield
+
+
+def mcp_path(transport: str) -> str:
+    """The MCP endpoint path of a transport; an unknown one is a `ConfigError` listing the choices."""
+    try:
+        return MCP_PATHS[transport]
+    except KeyError:
+        raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(MCP_PATHS)}") from None
+
+
+def gateway_app(
+    server: MCPServer,
+    *,
+    transport: str = "streamable-http",
+    auth_token: str | None = None,
+    host: str = "127.0.0.1",
+    start_runtime: bool = True,
+) -> Starlette:
+    """The ASGI app serving `server` over `transport`; `start_runtime=False` when the caller runs `server.running()`."""
+    mcp_path(transport)
+    app = server.sse_app(host=host) if transport == "sse" else server.streamable_http_app(host=host)
+    if start_runtime and isinstance(server, GatewayServer):
+        inner = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(a: Starlette) -> AsyncIterator[Any]:
+            async with server.running(), inner(a) as state:
+                yield state
+
+        app.router.lifespan_context = lifespan
+    if auth_token:
+        app.add_middleware(BearerTokenAuth, token=auth_token)
+    return app

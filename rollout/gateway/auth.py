@@ -1,0 +1,63 @@
+"""Optional bearer token: when the gateway has one, every route requires it.
+
+The token comes from `gateway.auth_token` in the run config, the standalone CLI's
+`--auth-token`, or the `ROLLOUT_GATEWAY_TOKEN` environment variable (preferred: a command
+line is visible to every user of the machine). With a token set, MCP (`/mcp` or `/sse` and
+`/messages/`), `/healthz` and the HTTP proxy answer 401 with a one-line JSON reason unless the
+request carries `Authorization: Bearer <token>`. Clients send it with `auth_headers(token)`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+TOKEN_ENV = "ROLLOUT_GATEWAY_TOKEN"
+_HOW = f"start the client with the gateway's token (gateway.auth_token= or ${TOKEN_ENV})"
+
+
+def resolve_token(explicit: str | None = None) -> str | None:
+    """The token to use: `explicit` when given, else `$ROLLOUT_GATEWAY_TOKEN`; empty means none."""
+    token = explicit if explicit is not None else os.environ.get(TOKEN_ENV)
+    return token or None
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """Request headers that carry `token` (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class BearerTokenAuth:
+    """ASGI middleware: HTTP requests without `Authorization: Bearer <token>` get 401."""
+
+    def __init__(self, app: ASGIApp, token: str):
+        if not token:
+            raise ValueError("BearerTokenAuth needs a non-empty token")
+        self.app = app
+        self._expected = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        reason = self._refusal(dict(scope.get("headers") or []).get(b"authorization"))
+        if reason is None:
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse(
+            {"error": reason}, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="rollout-gateway"'}
+        )
+        await response(scope, receive, send)
+
+    def _refusal(self, header: bytes | None) -> str | None:
+        if header is None:
+            return f"missing bearer token: this gateway requires 'Authorization: Bearer <token>'; {_HOW}"
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not token.strip():
+            return f"the Authorization header is not 'Bearer <token>'; {_HOW}"
+        if not hmac.compare_digest(token.strip(), self._expected):
+            return f"wrong bearer token: it is not the one this gateway was started with; {_HOW}"
+        return None

@@ -1,0 +1,140 @@
+"""Flat-parameter HTTP proxy: call a gateway tool without speaking MCP.
+
+    POST /proxy/tools/{tool_name}/call
+    Content-Type: application/json
+    X-Task-Id: task-7        (optional; the stats record's task_id)
+    X-Call-Id: c-123         (optional; the stats record's call_id, generated when absent)
+    X-Worker-Id: client-a    (optional; the stats record's worker_id)
+
+    {"query": "Who founded Veltrix Holdings?", "top_k": 3}
+
+The body is the tool's arguments as one flat JSON object (an empty body means `{}`), exactly
+the object a function-calling model produces from the tool's input schema. The call goes
+through an in-process MCP session to this same server, so it passes the same middleware as an
+MCP client's call: it is recorded once in `tool_stats/realtime_calls.jsonl`, tool-set gates and
+the gateway's `--tool-timeout-s` apply, and upstream tools are forwarded the same way.
+
+Every answer is a JSON object with `tool`, `call_id` and `outcome` (the stats category).
+
+| status | when | body adds |
+|---|---|---|
+| 200 | the tool answered, including a tool error result | `is_error`, `text`, `content`, `structured_content` |
+| 400 | the body is not a JSON object, or the arguments fail the tool's schema | `error` (the reason) |
+| 404 | no tool of that name is exposed by this gateway | `error` listing the exposed tools |
+| 502 | the tool's upstream MCP server is unavailable | `error` |
+| 504 | the call ran over the gateway's `--tool-timeout-s` | `error` |
+| 500 | the MCP layer failed (a protocol error, not a tool result) | `error` |
+
+A tool error (the tool ran and reported a problem, e.g. `top_k` over the limit, or its tool set
+is not active for the task) is 200 with `is_error: true`, as in MCP: it is an answer meant for
+the model to read and react to, and the status codes stay for calls that did not happen as
+asked. Only a body that cannot be a call at all (400 before any tool runs) is not counted in the
+stats.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from rollout.gateway.sessions import HeldClient, describe
+from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, META_WORKER_ID, classify_result
+
+logger = logging.getLogger(__name__)
+
+PROXY_ROUTE = "/proxy/tools/{tool_name}/call"
+HEADER_TASK_ID = "x-task-id"
+HEADER_CALL_ID = "x-call-id"
+HEADER_WORKER_ID = "x-worker-id"
+
+STATUS_BY_OUTCOME = {
+    "ok": 200,
+    "tool_error": 200,
+    "invalid_arguments": 400,
+    "unknown_tool": 404,
+    "upstream_unavailable": 502,
+    "timeout": 504,
+}
+_PYDANTIC_LINK = re.compile(r"^\s*For further information visit \S+\s*$", re.MULTILINE)
+
+
+class ToolProxy:
+    """The proxy route's handler, over one in-process MCP session to `server` (opened by `start`)."""
+
+    def __init__(self, server: MCPServer):
+        self._session = HeldClient(server, name="http-proxy")
+
+    async def start(self) -> None:
+        await self._session.open(30.0)
+
+    async def stop(self) -> None:
+        await self._session.close()
+
+    async def handle(self, request: Request) -> JSONResponse:
+        """`POST /proxy/tools/{tool_name}/call` with the tool's arguments as a flat JSON object."""
+        name = request.path_params["tool_name"]
+        call_id = request.headers.get(HEADER_CALL_ID) or uuid.uuid4().hex
+        base = {"tool": name, "call_id": call_id}
+        arguments, problem = _arguments(await request.body())
+        if problem is not None:
+            return _answer(400, {**base, "outcome": "invalid_request", "error": problem})
+        client = self._session.client
+        if client is None:
+            error = "the tool proxy is not running: serve the gateway with rollout.gateway.server.serve or make_uvicorn"
+            return _answer(503, {**base, "outcome": "unavailable", "error": error})
+        meta = {META_CALL_ID: call_id}
+        for header, key in ((HEADER_TASK_ID, META_TASK_ID), (HEADER_WORKER_ID, META_WORKER_ID)):
+            if request.headers.get(header):
+                meta[key] = request.headers[header]
+        try:
+            result = await client.call_tool(name, arguments, meta=meta)
+        except MCPError as e:
+            return _answer(500, {**base, "outcome": "protocol_error", "error": f"tool {name} failed in MCP: {e}"})
+        except Exception as e:  # e.g. a result that breaks the tool's own output schema
+            logger.warning("proxy call to %s failed: %s", name, describe(e))
+            return _answer(500, {**base, "outcome": "protocol_error", "error": f"tool {name} failed: {describe(e)}"})
+        _, outcome, error, _ = classify_result(result)
+        status = STATUS_BY_OUTCOME.get(outcome, 500)
+        body: dict[str, Any] = {**base, "outcome": outcome}
+        if status == 200:
+            return _answer(200, {**body, **_result_fields(result)})
+        if outcome == "unknown_tool":
+            exposed = [t.name for t in (await client.list_tools()).tools]
+            error = f"unknown tool {name!r}: this gateway exposes {', '.join(exposed) or 'no tools'}"
+        elif outcome == "invalid_arguments":
+            error = f"invalid arguments for {name}: {_PYDANTIC_LINK.sub('', error or '').strip()}"
+        return _answer(status, {**body, "error": error})
+
+
+def _arguments(raw: bytes) -> tuple[dict[str, Any], str | None]:
+    example = 'send the tool\'s arguments as one flat JSON object, e.g. {"query": "...", "top_k": 3}'
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return {}, f"the body is not JSON ({e}): {example}"
+    if not isinstance(value, dict):
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "null")
+        return {}, f"the body is a JSON {kind}, not an object: {example}"
+    return value, None
+
+
+def _result_fields(result: CallToolResult) -> dict[str, Any]:
+    content = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.content]
+    text = "\n".join(c.get("text", "") for c in content if c.get("type") == "text").strip()
+    return {"is_error": bool(result.is_error), "text": text, "content": content,
+            "structured_content": result.structured_content}
+
+
+def _answer(status: int, body: dict[str, Any]) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers={"X-Call-Id": str(body["call_id"])})

@@ -1,0 +1,62 @@
+"""Tool-set management tools, served when a gateway file sets `"dynamic_toolsets": true`.
+
+The state they read and change is per task (`rollout/task_id` in the request `_meta`); see
+`rollout.gateway.toolsets`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from rollout.gateway.registry import ToolRegistry
+from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolsetCatalog, ToolSetsResult, task_id_of
+
+SetName = Annotated[str, Field(description="Name of a tool set, as list_toolsets shows it")]
+
+_DESCRIPTION = "Manage tool sets: list them, and activate or deactivate a set to change which tools you can call."
+
+
+def _catalog(ctx: Context) -> ToolsetCatalog:
+    catalog: ToolsetCatalog | None = getattr(ctx.request_context.lifespan_context, "toolsets", None)
+    if catalog is None:
+        raise ToolError('tool sets are not dynamic on this gateway: set "dynamic_toolsets": true in its gateway file')
+    return catalog
+
+
+def _task_id(ctx: Context) -> str | None:
+    return task_id_of(ctx.request_context.params)
+
+
+@ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
+async def list_toolsets(ctx: Context) -> ToolSetsResult:
+    """List the tool sets: name, description, tools, and whether each is active for you now.
+
+    Only the tools of active sets can be called; activate a set to use its tools.
+    """
+    return _catalog(ctx).describe(_task_id(ctx))
+
+
+@ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
+async def activate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
+    """Activate a tool set so that its tools can be called from your next step on."""
+    catalog, task_id = _catalog(ctx), _task_id(ctx)
+    try:
+        catalog.activate(task_id, name)
+    except ValueError as e:
+        raise ToolError(str(e)) from e
+    return catalog.describe(task_id, changed=name)
+
+
+@ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
+async def deactivate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
+    """Deactivate a tool set: its tools are no longer offered or callable until activated again."""
+    catalog, task_id = _catalog(ctx), _task_id(ctx)
+    try:
+        catalog.deactivate(task_id, name)
+    except ValueError as e:
+        raise ToolError(str(e)) from e
+    return catalog.describe(task_id, changed=name)

@@ -1,0 +1,205 @@
+"""Tool sets: the tool groups a gateway serves, and which of them each task has active.
+
+Every group a gateway file names becomes a `ToolSet` with a description the model can read, a
+default active flag and a source (`local` for registered functions, `mcp` for tools proxied
+from another MCP server). With `"dynamic_toolsets": true` the gateway also serves
+`list_toolsets`, `activate_toolset` and `deactivate_toolset` (group `toolsets`) and
+`ToolsetGate` refuses a call to a tool whose set is not active for the calling task.
+
+The state is kept per task, keyed by the request `_meta` `rollout/task_id`: one worker's MCP
+session carries many concurrent tasks, so a session-wide state would let one task's activation
+leak into the others. A task starts from the gateway file's defaults; only tasks that changed
+their sets are stored. Calls that carry no task id share one state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, Field
+
+from rollout.gateway.config import GatewayFile
+from rollout.gateway.registry import ToolRegistry
+from rollout.gateway.stats import META_TASK_ID
+
+if TYPE_CHECKING:
+    from rollout.gateway.server import ServedTool
+
+logger = logging.getLogger(__name__)
+
+TOOLSETS_GROUP = "toolsets"
+"""The group of the three management tools; always exposed (and never a set) when dynamic."""
+TOOLSET_TOOLS = ("list_toolsets", "activate_toolset", "deactivate_toolset")
+TOOLSET_SOURCES = ("local", "mcp")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSet:
+    """A named group of tools the model can switch on and off together."""
+
+    name: str
+    """Unique name, the tool group's (e.g. `rag_query_sparse`)."""
+    description: str
+    """What the set is for, shown to the model by `list_toolsets`."""
+    tools: tuple[str, ...]
+    """Names of the MCP tools in the set."""
+    active: bool = True
+    """Whether the set is active when a task starts."""
+    source: str = "local"
+    """`local` (functions registered in this gateway) or `mcp` (proxied from another server)."""
+    resource_type: str = "rag"
+    """Module type of the group (`rag`, `system`, ...)."""
+
+
+class ToolSetInfo(BaseModel):
+    """One tool set as a task sees it."""
+
+    name: str = Field(description="Tool set name: pass it to activate_toolset or deactivate_toolset")
+    description: str = Field(description="What the set's tools are for")
+    tools: list[str] = Field(description="Tools in the set")
+    active: bool = Field(description="Whether the set's tools can be called now")
+    source: str = Field(description="local (this gateway) or mcp (proxied from another MCP server)")
+
+
+class ToolSetsResult(BaseModel):
+    """Structured content of list_toolsets, activate_toolset and deactivate_toolset."""
+
+    toolsets: list[ToolSetInfo] = Field(description="Every tool set, with its state for this task")
+    active_toolsets: list[str] = Field(description="Names of the sets active for this task, in listing order")
+    changed: str | None = Field(default=None, description="The set this call activated or deactivated, if any")
+
+
+def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool]) -> list[ToolSet]:
+    """The tool sets of a gateway plan's registered tools, in gateway-file order."""
+    by_group: dict[str, list[str]] = {}
+    for tool in tools:
+        if tool.group != TOOLSETS_GROUP:
+            by_group.setdefault(tool.group, []).append(tool.fn.__name__)
+    sets = []
+    for name, names in by_group.items():
+        entry = gateway.group_entry(name)
+        group = ToolRegistry.get_group(name)
+        if not entry.active and not gateway.dynamic_toolsets:
+            logger.warning(
+                "tool group %s is written with active=false, which only matters with dynamic_toolsets; "
+                'it is served active. Set "dynamic_toolsets": true in the gateway file to start it inactive.',
+                name,
+            )
+        sets.append(
+            ToolSet(
+                name=name,
+                description=entry.description or group.description,
+                tools=tuple(names),
+                active=entry.active or not gateway.dynamic_toolsets,
+                source="local",
+                resource_type=group.resource_type,
+            )
+        )
+    return sets
+
+
+class ToolsetCatalog:
+    """The tool sets of one gateway and which of them each task has active."""
+
+    def __init__(self, toolsets: Iterable[ToolSet] = ()):
+        self._sets: dict[str, ToolSet] = {}
+        self._set_of_tool: dict[str, str] = {}
+        self._task_active: dict[str | None, frozenset[str]] = {}
+        for toolset in toolsets:
+            self.add(toolset)
+
+    def add(self, toolset: ToolSet) -> None:
+        """Add a set, e.g. one of tools proxied from another MCP server (`source="mcp"`)."""
+        if toolset.name in self._sets or toolset.name == TOOLSETS_GROUP:
+            raise ValueError(f"a tool set named {toolset.name!r} already exists; give the set another name")
+        if toolset.source not in TOOLSET_SOURCES:
+            raise ValueError(f"tool set source must be one of {', '.join(TOOLSET_SOURCES)}, got {toolset.source!r}")
+        taken = {t: self._set_of_tool[t] for t in toolset.tools if t in self._set_of_tool}
+        if taken:
+            raise ValueError(f"tools already in another set: {taken}; a tool belongs to one set")
+        self._sets[toolset.name] = toolset
+        self._set_of_tool.update(dict.fromkeys(toolset.tools, toolset.name))
+
+    @property
+    def toolsets(self) -> list[ToolSet]:
+        return list(self._sets.values())
+
+    def set_of(self, tool_name: str) -> str | None:
+        """The set a tool belongs to; None for tools outside every set (the management tools)."""
+        return self._set_of_tool.get(tool_name)
+
+    def active(self, task_id: str | None) -> list[str]:
+        """Names of the sets active for a task, in catalog order."""
+        state = self._task_active.get(task_id)
+        return [s.name for s in self._sets.values() if (s.name in state if state is not None else s.active)]
+
+    def activate(self, task_id: str | None, name: str) -> list[str]:
+        """Make a set's tools callable for a task; activating an active set changes nothing."""
+        self._require(name)
+        return self._store(task_id, {*self.active(task_id), name})
+
+    def deactivate(self, task_id: str | None, name: str) -> list[str]:
+        """Stop a task from calling a set's tools; deactivating an inactive set changes nothing."""
+        self._require(name)
+        return self._store(task_id, set(self.active(task_id)) - {name})
+
+    def refusal(self, task_id: str | None, tool_name: str) -> str | None:
+        """Why a task may not call a tool now; None when it may."""
+        name = self.set_of(tool_name)
+        if name is None or name in self.active(task_id):
+            return None
+        return (
+            f"Tool {tool_name!r} belongs to the tool set {name!r}, which is not active. "
+            f"Call activate_toolset with name={name!r} first (list_toolsets shows every set)."
+        )
+
+    def describe(self, task_id: str | None, changed: str | None = None) -> ToolSetsResult:
+        """The sets and their state for a task, as the management tools return them."""
+        active = self.active(task_id)
+        infos = [
+            ToolSetInfo(name=s.name, description=s.description, tools=list(s.tools), active=s.name in active,
+                        source=s.source)
+            for s in self._sets.values()
+        ]
+        return ToolSetsResult(toolsets=infos, active_toolsets=active, changed=changed)
+
+    def _require(self, name: str) -> None:
+        if name == TOOLSETS_GROUP:
+            raise ValueError(f"{TOOLSETS_GROUP!r} (these management tools) is always active and cannot be changed")
+        if name not in self._sets:
+            known = ", ".join(self._sets) or "(none)"
+            raise ValueError(f"unknown tool set {name!r}. Tool sets: {known}")
+
+    def _store(self, task_id: str | None, names: set[str]) -> list[str]:
+        self._task_active[task_id] = frozenset(names)
+        return self.active(task_id)
+
+
+def task_id_of(params: Mapping[str, Any] | None) -> str | None:
+    """The task a request belongs to, from its `_meta` (None when the client sent none)."""
+    meta = (params or {}).get("_meta") or {}
+    task_id = meta.get(META_TASK_ID) if isinstance(meta, Mapping) else None
+    return None if task_id is None else str(task_id)
+
+
+class ToolsetGate:
+    """MCP server middleware: a tools/call to a tool of a set inactive for the task is refused.
+
+    The refusal is an `is_error` result, so place this inside `ToolStatsMiddleware`: the call is
+    then recorded as a failed call like any other tool error.
+    """
+
+    def __init__(self, catalog: ToolsetCatalog):
+        self.catalog = catalog
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        refusal = self.catalog.refusal(task_id_of(ctx.params), str((ctx.params or {}).get("name", "")))
+        if refusal is None:
+            return await call_next(ctx)
+        return CallToolResult(content=[TextContent(type="text", text=refusal)], is_error=True)

@@ -1,0 +1,281 @@
+"""Upstream MCP servers: another server's tools served by the gateway as one more tool set.
+
+A gateway-file module
+
+    {"resource_type": "rag", "source": "mcp", "name": "wiki",
+     "url": "http://127.0.0.1:9000/mcp", "tools": ["search", "fetch"]}
+
+makes the gateway open one session to that server when it starts, list its tools (all of them,
+or the `tools` subset) with the upstream's own input schemas, and forward every call to them
+over that session. The tools carry `_meta` `rollout/group` = the module's `name` and
+`rollout/source` = `mcp`, so environments and tool sets treat them like local groups, and
+`ToolStatsMiddleware` records their calls like any other.
+
+Failures:
+- unreachable at startup, or a `tools` entry the upstream does not have: `GatewayError` naming
+  the URL, and the gateway does not start;
+- the upstream dies later: its calls answer with an `is_error` result marked
+  `_meta["rollout/outcome"] = "upstream_unavailable"` (the HTTP proxy answers 502); the next call
+  after `retry_interval_s` tries to open a new session, so a restarted upstream comes back.
+
+Built from the SDK's public seams: an `Extension` intercepts `tools/call` for upstream tool
+names (below the runner's envelope pass, so results are serialized like local ones), and a
+server middleware appends the upstream tools to `tools/list`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolRequestParams, CallToolResult, TextContent, Tool
+
+from rollout.errors import ConfigError, GatewayError
+from rollout.gateway.config import GatewayFile, GatewayModule
+from rollout.gateway.sessions import HeldClient, describe
+from rollout.gateway.stats import META_CALL_ID, META_OUTCOME, META_TASK_ID, META_WORKER_ID
+from rollout.gateway.toolsets import ToolSet
+
+logger = logging.getLogger(__name__)
+
+META_SOURCE = "rollout/source"
+"""Tool `_meta` key: `mcp` for tools proxied from an upstream server."""
+META_UPSTREAM = "rollout/upstream"
+"""Tool `_meta` key: the upstream server's URL."""
+SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
+_FORWARDED_META = (META_CALL_ID, META_TASK_ID, META_WORKER_ID)
+_TRANSPORT_ERRORS = (httpx2.HTTPError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError,
+                     anyio.EndOfStream)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    """One `source: mcp` module of a gateway file."""
+
+    name: str
+    """Tool-set name: the tools' `rollout/group`."""
+    url: str
+    """The upstream's MCP URL (streamable HTTP, or SSE when it ends with /sse)."""
+    resource_type: str
+    """The module's resource type (`rag`, ...)."""
+    tools: tuple[str, ...] | None
+    """Tools to serve; None serves all the upstream lists."""
+
+    @classmethod
+    def from_module(cls, module: GatewayModule) -> UpstreamSpec:
+        assert module.name is not None and module.url is not None  # the gateway file's validation
+        return cls(module.name, module.url, module.resource_type, None if module.tools is None else tuple(module.tools))
+
+
+def upstream_specs(gateway: GatewayFile) -> list[UpstreamSpec]:
+    """The upstream modules of a gateway file, in order."""
+    return [UpstreamSpec.from_module(m) for m in gateway.modules if m.source == "mcp"]
+
+
+class UpstreamToolSet:
+    """One upstream server: its served tools and the session calls go through."""
+
+    def __init__(self, spec: UpstreamSpec, *, connect_timeout_s: float = 10.0, read_timeout_s: float = 300.0,
+                 retry_interval_s: float = 1.0):
+        self.spec = spec
+        self.connect_timeout_s = connect_timeout_s
+        self.retry_interval_s = retry_interval_s
+        self.tools: list[Tool] = []
+        """The upstream's tools as this gateway lists them (schemas unchanged, `_meta` tagged)."""
+        self._session = HeldClient(spec.url, read_timeout_s=read_timeout_s, name=f"upstream-{spec.name}")
+        self._lock = asyncio.Lock()
+        self._retry_after = 0.0
+
+    async def start(self) -> None:
+        """Open the session and list the tools; a `GatewayError` names the URL when that fails."""
+        s = self.spec
+        try:
+            client = await self._session.open(self.connect_timeout_s)
+            listed = (await client.list_tools()).tools
+        except Exception as e:
+            reason = "no answer" if isinstance(e, TimeoutError) else describe(self._session.error or e)
+            await self._session.close()
+            raise GatewayError(
+                f"upstream MCP server {s.url} (tool set {s.name!r}) is unreachable: {reason} within "
+                f"{self.connect_timeout_s:g} s. Start it first, or fix the module's \"url\" in the gateway file"
+            ) from e
+        by_name = {t.name: t for t in listed}
+        wanted = list(by_name) if s.tools is None else list(s.tools)
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            await self._session.close()
+            raise GatewayError(
+                f"upstream MCP server {s.url} (tool set {s.name!r}) has no tool {', '.join(map(repr, missing))}. "
+                f"It offers: {', '.join(by_name) or '(none)'}. Fix the module's \"tools\" list"
+            )
+        self.tools = [self._served(by_name[n]) for n in wanted]
+        logger.info("Upstream %s at %s: %s", s.name, s.url, ", ".join(t.name for t in self.tools) or "(no tools)")
+
+    def _served(self, tool: Tool) -> Tool:
+        from rollout.gateway.server import META_GROUP, META_RESOURCE_TYPE  # server.py builds on this module
+
+        meta = {**(tool.meta or {}), META_GROUP: self.spec.name, META_RESOURCE_TYPE: self.spec.resource_type,
+                META_SOURCE: "mcp", META_UPSTREAM: self.spec.url}
+        return tool.model_copy(update={"meta": meta})
+
+    async def stop(self) -> None:
+        await self._session.close()
+
+    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
+        """Forward one call; a dead upstream gives an `upstream_unavailable` error result, never an exception."""
+        client = await self._client()
+        if client is None:
+            return self._unavailable(describe(self._session.error))
+        try:
+            result = await client.call_tool(name, arguments, meta=meta or None)
+        except MCPError as e:
+            if e.code == REQUEST_TIMEOUT:
+                return _error_result(f"upstream MCP server {self.spec.url} did not answer {name} in time: {e}")
+            if e.code != CONNECTION_CLOSED:
+                raise
+            return await self._dropped(e)
+        except _TRANSPORT_ERRORS as e:
+            return await self._dropped(e)
+        return _without_server_info(result)
+
+    async def _client(self) -> Any:
+        if self._session.client is not None:
+            return self._session.client
+        async with self._lock:
+            if self._session.client is not None:
+                return self._session.client
+            if time.monotonic() < self._retry_after:
+                return None
+            try:
+                await self._session.open(self.connect_timeout_s)
+            except Exception as e:
+                self._session.error = self._session.error or e
+                self._retry_after = time.monotonic() + self.retry_interval_s
+                return None
+            logger.info("Upstream %s at %s is back", self.spec.name, self.spec.url)
+            return self._session.client
+
+    async def _dropped(self, e: BaseException) -> CallToolResult:
+        self._session.error = e
+        await self._session.close()
+        return self._unavailable(describe(e))
+
+    def _unavailable(self, reason: str) -> CallToolResult:
+        s = self.spec
+        return _error_result(
+            f"upstream MCP server {s.url} (tool set {s.name!r}) is unavailable: {reason}. "
+            "Its tools answer again once it is back",
+            outcome="upstream_unavailable",
+        )
+
+
+class UpstreamTools(Extension):
+    """Every upstream tool set of a gateway: routes their calls and appends them to tools/list."""
+
+    identifier = "dev.rollout/upstream-tools"
+
+    def __init__(self, specs: Iterable[UpstreamSpec] = (), *, local_tools: Iterable[str] = (),
+                 local_groups: Iterable[str] = (), catalog: Any = None, **set_options: Any):
+        self.sets = [UpstreamToolSet(spec, **set_options) for spec in specs]
+        self.local_tools = frozenset(local_tools)
+        self.local_groups = frozenset(local_groups)
+        self.catalog = catalog
+        """A `ToolsetCatalog` to add each upstream as a `source="mcp"` tool set, when tool sets are dynamic."""
+        self._owner: dict[str, UpstreamToolSet] = {}
+        self._listed: list[dict[str, Any]] = []
+        self._check_names()
+
+    def _check_names(self) -> None:
+        seen: set[str] = set()
+        for s in self.sets:
+            name = s.spec.name
+            if name in seen or name in self.local_groups:
+                raise ConfigError(
+                    f"tool set name {name!r} of the upstream module {s.spec.url} is already a tool group of this "
+                    "gateway. Give the module another \"name\""
+                )
+            seen.add(name)
+
+    def settings(self) -> dict[str, Any]:
+        return {"toolsets": [s.spec.name for s in self.sets]}
+
+    @property
+    def tool_names(self) -> list[str]:
+        return list(self._owner)
+
+    async def start(self) -> None:
+        """Connect every upstream in order; the first failure stops those already open and raises."""
+        try:
+            for s in self.sets:
+                await s.start()
+                self._register(s)
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _register(self, s: UpstreamToolSet) -> None:
+        for tool in s.tools:
+            other = self._owner.get(tool.name)
+            if tool.name in self.local_tools or other is not None:
+                where = f"the upstream {other.spec.url}" if other is not None else "a local tool group"
+                raise GatewayError(
+                    f"tool {tool.name!r} of the upstream {s.spec.url} is also served by {where}. Leave it out "
+                    f"with the module's \"tools\" list"
+                )
+            self._owner[tool.name] = s
+        self._listed.extend(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in s.tools)
+        if self.catalog is not None:
+            self.catalog.add(ToolSet(
+                name=s.spec.name, description=f"Tools of the MCP server at {s.spec.url}",
+                tools=tuple(t.name for t in s.tools), source="mcp", resource_type=s.spec.resource_type,
+            ))
+
+    async def stop(self) -> None:
+        for s in self.sets:
+            await s.stop()
+        self._owner.clear()
+        self._listed.clear()
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        owner = self._owner.get(params.name)
+        if owner is None:
+            return await call_next(ctx)
+        return await owner.call(params.name, params.arguments or {}, _forwarded_meta(params.meta))
+
+    async def list_tools_middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Server middleware: the upstream tools follow the local ones in every tools/list."""
+        result = await call_next(ctx)
+        if ctx.method == "tools/list" and self._listed and isinstance(result, dict):
+            result = {**result, "tools": [*result.get("tools", []), *self._listed]}
+        return result
+
+
+def _forwarded_meta(meta: Any) -> dict[str, Any]:
+    # The rollout ids travel on, so an upstream that keeps its own statistics can join them to ours.
+    if not isinstance(meta, Mapping):
+        return {}
+    return {k: meta[k] for k in _FORWARDED_META if k in meta}
+
+
+def _without_server_info(result: CallToolResult) -> CallToolResult:
+    # The upstream's serverInfo stamp would otherwise win over this gateway's own.
+    meta = {k: v for k, v in (result.meta or {}).items() if k != SERVER_INFO_META_KEY}
+    return result.model_copy(update={"meta": meta or None})
+
+
+def _error_result(text: str, *, outcome: str | None = None) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], is_error=True,
+        _meta={META_OUTCOME: outcome} if outcome else None,
+    )

@@ -1,0 +1,202 @@
+"""Tool sets: records built from gateway files, and per-task activation over a real MCP client."""
+
+import asyncio
+import json
+
+import pytest
+from mcp.client.client import Client
+
+from rollout.data.records import Passage
+from rollout.errors import ConfigError
+from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
+from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.registry import ToolRegistry
+from rollout.gateway.server import build_gateway, plan_gateway
+from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, StatsCollector
+from rollout.gateway.toolsets import TOOLSET_TOOLS, ToolSet, ToolsetCatalog
+from rollout.report import build_tool_report, load_calls
+from rollout.retrieval import BM25Retriever
+
+PASSAGES = [
+    Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),
+    Passage("d1", "Veltrix Holdings", "Veltrix Holdings makes textile looms. Registry code ORG-5521."),
+    Passage("d2", "Kelmor", "Kelmor is a city in Dravia."),
+]
+SPARSE = "query_knowledge_base_sparse"
+DYNAMIC = {
+    "server_name": "rag-dynamic-test",
+    "dynamic_toolsets": True,
+    "modules": [
+        {"resource_type": "rag", "tool_groups": ["rag_search", {"name": "rag_query_sparse", "active": False}]},
+    ],
+}
+
+
+@pytest.fixture
+def kb() -> KnowledgeBase:
+    return KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
+
+
+@pytest.fixture
+def dynamic_file(tmp_path):
+    path = tmp_path / "dynamic.json"
+    path.write_text(json.dumps(DYNAMIC))
+    return path
+
+
+def _meta(task: str, call: str | None = None) -> dict[str, str]:
+    return {META_TASK_ID: task, **({META_CALL_ID: call} if call else {})}
+
+
+def test_group_descriptions_are_registered_or_taken_from_docstrings():
+    ToolRegistry.autodiscover()
+    assert ToolRegistry.get_group("rag_query").description == (
+        "[Dense Search] Semantic vector search over the knowledge base."
+    )
+    assert ToolRegistry.get_group("rag_search").description.startswith("Document search:")
+    assert "activate" in ToolRegistry.get_group("toolsets").description
+
+
+def test_group_description_defaults_to_each_tools_first_docstring_line(monkeypatch):
+    monkeypatch.setattr(ToolRegistry, "_groups", dict(ToolRegistry._groups))  # registrations here are undone
+
+    @ToolRegistry.register_tool("_test_pair")
+    def first() -> None:
+        """Does one thing.
+
+        More detail the group description leaves out."""
+
+    @ToolRegistry.register_tool("_test_pair")
+    def second() -> None:
+        """Does another thing."""
+
+    assert ToolRegistry.get_group("_test_pair").description == "Does one thing. Does another thing."
+    ToolRegistry.register_tool("_test_pair", description="A pair of tools.")(first)
+    assert ToolRegistry.get_group("_test_pair").description == "A pair of tools."
+    with pytest.raises(ValueError, match="Describe a group once"):
+        ToolRegistry.register_tool("_test_pair", description="Something else.")(second)
+
+
+def test_shipped_dynamic_file_plans_one_record_per_group():
+    plan = plan_gateway(load_gateway_file(GATEWAYS_DIR / "rag_dynamic.json"))
+    assert plan.dynamic
+    assert [(s.name, s.tools, s.active, s.source) for s in plan.toolsets] == [
+        ("rag_query", ("query_knowledge_base_dense",), False, "local"),
+        ("rag_query_sparse", (SPARSE,), False, "local"),
+    ]
+    assert plan.toolsets[1].description == "[Sparse Search] Keyword (BM25) search over the knowledge base."
+    assert [t.fn.__name__ for t in plan.tools][-3:] == list(TOOLSET_TOOLS)
+    assert {t.group for t in plan.tools if t.fn.__name__ in TOOLSET_TOOLS} == {"toolsets"}
+
+
+def test_static_file_sets_are_all_active_and_serve_no_toolset_tools():
+    plan = plan_gateway(load_gateway_file(GATEWAYS_DIR / "rag_hybrid.json"))
+    assert not plan.dynamic
+    assert [(s.name, s.active) for s in plan.toolsets] == [("rag_query", True), ("rag_query_sparse", True)]
+    assert not {t.fn.__name__ for t in plan.tools} & set(TOOLSET_TOOLS)
+
+
+def test_object_form_groups_parse_beside_plain_strings(dynamic_file):
+    gateway = load_gateway_file(dynamic_file)
+    assert gateway.modules[0].tool_groups == ["rag_search", "rag_query_sparse"]
+    assert gateway.tool_groups() == ["rag_search", "rag_query_sparse"]
+    assert gateway.group_entry("rag_query_sparse").active is False
+    assert gateway.group_entry("rag_search").active is True
+    assert gateway.active_groups() == ["rag_search"]
+    static = gateway.model_copy(update={"dynamic_toolsets": False})
+    assert static.active_groups() == ["rag_search", "rag_query_sparse"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [({"active": False}, '"name"'), ({"name": "rag_query", "actve": False}, "actve")],
+)
+def test_malformed_object_group_names_the_problem(tmp_path, entry, message):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"modules": [{"resource_type": "rag", "tool_groups": [entry]}]}))
+    with pytest.raises(ConfigError, match=message):
+        load_gateway_file(path)
+
+
+def test_toolsets_group_needs_dynamic_toolsets(tmp_path):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"modules": [{"resource_type": "rag", "tool_groups": ["toolsets"]}]}))
+    with pytest.raises(ConfigError, match="dynamic_toolsets"):
+        plan_gateway(load_gateway_file(path))
+
+
+def test_catalog_takes_sets_of_proxied_tools():
+    catalog = ToolsetCatalog([ToolSet("local_set", "Local tools.", ("a",))])
+    catalog.add(ToolSet("remote", "Tools of another MCP server.", ("b", "c"), active=False, source="mcp"))
+    listing = catalog.describe("t1")
+    assert [(s.name, s.source, s.active) for s in listing.toolsets] == [("local_set", "local", True),
+                                                                        ("remote", "mcp", False)]
+    assert catalog.refusal("t1", "b") is not None and catalog.refusal("t1", "a") is None
+    with pytest.raises(ValueError, match="already exists"):
+        catalog.add(ToolSet("remote", "again", ("d",)))
+    with pytest.raises(ValueError, match="another set"):
+        catalog.add(ToolSet("other", "steals a tool", ("a",)))
+    with pytest.raises(ValueError, match="source"):
+        catalog.add(ToolSet("odd", "unknown source", ("e",), source="http"))
+
+
+async def test_dynamic_gateway_lists_the_three_toolset_tools(kb, dynamic_file):
+    async with Client(build_gateway(load_gateway_file(dynamic_file), kb)) as client:
+        tools = (await client.list_tools()).tools
+    by_name = {t.name: t for t in tools}
+    assert list(by_name) == ["search_documents", SPARSE, *TOOLSET_TOOLS]
+    assert all(by_name[n].meta["rollout/group"] == "toolsets" for n in TOOLSET_TOOLS)
+    assert set(by_name["activate_toolset"].input_schema["properties"]) == {"name"}
+
+
+async def test_activation_state_is_kept_per_task_on_one_session(kb, dynamic_file):
+    async with Client(build_gateway(load_gateway_file(dynamic_file), kb)) as client:
+        before = await client.call_tool("list_toolsets", {}, meta=_meta("t1"))
+        activated = await client.call_tool("activate_toolset", {"name": "rag_query_sparse"}, meta=_meta("t1"))
+        t1_listing, t2_listing = await asyncio.gather(
+            client.call_tool("list_toolsets", {}, meta=_meta("t1")),
+            client.call_tool("list_toolsets", {}, meta=_meta("t2")),
+        )
+        t1_call, t2_call = await asyncio.gather(
+            client.call_tool(SPARSE, {"query": "ORG-5521"}, meta=_meta("t1")),
+            client.call_tool(SPARSE, {"query": "ORG-5521"}, meta=_meta("t2")),
+        )
+        deactivated = await client.call_tool("deactivate_toolset", {"name": "rag_query_sparse"}, meta=_meta("t1"))
+        t1_again = await client.call_tool(SPARSE, {"query": "ORG-5521"}, meta=_meta("t1"))
+    assert before.structured_content["active_toolsets"] == ["rag_search"]
+    assert [s["active"] for s in before.structured_content["toolsets"]] == [True, False]
+    assert activated.structured_content["active_toolsets"] == ["rag_search", "rag_query_sparse"]
+    assert activated.structured_content["changed"] == "rag_query_sparse"
+    assert t1_listing.structured_content["active_toolsets"] == ["rag_search", "rag_query_sparse"]
+    assert t2_listing.structured_content["active_toolsets"] == ["rag_search"]
+    assert not t1_call.is_error and t1_call.structured_content["results"][0]["id"] == "d1"
+    assert t2_call.is_error
+    assert deactivated.structured_content["active_toolsets"] == ["rag_search"]
+    assert t1_again.is_error
+
+
+async def test_inactive_set_call_is_refused_and_counted_failed(kb, dynamic_file, tmp_path):
+    collector = StatsCollector(tmp_path / "tool_stats")
+    async with Client(build_gateway(load_gateway_file(dynamic_file), kb, collector)) as client:
+        refused = await client.call_tool(SPARSE, {"query": "Voss"}, meta=_meta("t1", "c0"))
+        await client.call_tool("activate_toolset", {"name": "rag_query_sparse"}, meta=_meta("t1", "c1"))
+        allowed = await client.call_tool(SPARSE, {"query": "Voss"}, meta=_meta("t1", "c2"))
+    collector.close()
+    text = refused.content[0].text
+    assert refused.is_error and "'rag_query_sparse'" in text and "activate_toolset" in text
+    assert not allowed.is_error
+    calls = load_calls(tmp_path)
+    assert calls["call_id"].tolist() == ["c0", "c1", "c2"]
+    assert calls["outcome"].tolist() == ["tool_error", "ok", "ok"]
+    by_tool = {t["tool_name"]: t for t in build_tool_report(tmp_path)["tools"]}
+    assert by_tool[SPARSE]["total_calls"] == 2 and by_tool[SPARSE]["failed_calls"] == 1
+    assert by_tool["activate_toolset"]["success_calls"] == 1
+
+
+async def test_unknown_or_reserved_set_names_come_back_as_errors(kb, dynamic_file):
+    async with Client(build_gateway(load_gateway_file(dynamic_file), kb)) as client:
+        unknown = await client.call_tool("activate_toolset", {"name": "rag_qurey"}, meta=_meta("t1"))
+        reserved = await client.call_tool("deactivate_toolset", {"name": "toolsets"}, meta=_meta("t1"))
+    assert unknown.is_error and "rag_qurey" in unknown.content[0].text
+    assert "rag_search, rag_query_sparse" in unknown.content[0].text
+    assert reserved.is_error and "always active" in reserved.content[0].text
