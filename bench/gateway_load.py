@@ -1,0 +1,372 @@
+"""Gateway under load: 64 MCP sessions x 50 calls each on loopback, beside bare `mcp` servers in the same run.
+
+    python bench/gateway_load.py [--sessions 64] [--calls 50] [--rounds 2] [--client-procs 2] [--passages 2000]
+
+Every server runs in a child process of its own (this script with `--serve`). The load comes
+from `--client-procs` client processes that split the sessions: each opens its sessions first,
+all start calling at once (a barrier), calls go one after another within a session, and every
+call carries a unique `rollout/call_id`. Servers:
+
+  bare-echo    `mcp` MCPServer, no middleware, one echo tool: the SDK and transport floor
+  bare-result  `mcp` MCPServer, no middleware, one tool returning a prebuilt SearchResult of the
+               same top_k passages gw-echo returns: the floor for the same reply
+  gw-echo      our gateway (build_gateway: stats middleware, the registry's retrieval tool and its
+               KnowledgeBase wrapper) serving query_knowledge_base_sparse over a constant-time
+               retriever that returns the first top_k passages: the wrapper without retrieval cost
+  gw-nostats   gw-echo without a stats collector: what the stats middleware alone adds
+  gw-bm25      the real sparse tool over BM25 on the generated demo corpus
+
+Figures per server, pooled over the rounds (servers take turns, in alternating order, so drift
+hits all alike): calls/s over the load phases; client round-trip p50/p95; server CPU per call
+(user+system time of the server process during the load phases / calls); gateway-side p50 from
+the stats records; and, for gateways recording stats, the ledger: call ids sent vs recorded
+(lost, duplicated, unexpected). Target: the stats middleware and the wrapper add at most 50%
+to the bare round trip, i.e. gw-echo p50 / bare-result p50 <= 1.5 (same reply, so the clients'
+work is equal and the difference is the gateway's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rollout.gateway.knowledge import KnowledgeBase, SearchResult
+
+KINDS = ("bare-echo", "bare-result", "gw-echo", "gw-nostats", "gw-bm25")
+TOP_K = 5
+TARGET_RATIO = 1.5
+
+
+# ---------------------------------------------------------------- servers (child processes)
+
+
+class ConstantRetriever:
+    """Returns rows 0..k-1 with score 1 for every query: retrieval at no cost."""
+
+    def search(self, queries: Sequence[str], k: int) -> Any:
+        from rollout.retrieval import Hits
+
+        return Hits(np.tile(np.arange(k, dtype=np.int64), (len(queries), 1)),
+                    np.ones((len(queries), k), dtype=np.float32))
+
+
+def bare_server(kind: str, corpus: list[Any]) -> Any:
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer(kind, log_level="WARNING")
+    if kind == "bare-echo":
+        @server.tool()
+        def echo(text: str) -> str:
+            """Return the text unchanged."""
+            return text
+    else:
+        reply = KnowledgeBase(corpus, {"sparse": ConstantRetriever()}).search("sparse", "prebuilt", TOP_K)
+
+        @server.tool()
+        def search(query: str, top_k: int = TOP_K) -> SearchResult:
+            """The same SearchResult for every query."""
+            return reply
+    return server
+
+
+def gateway_server(kind: str, corpus: list[Any], stats_dir: Path) -> Any:
+    from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
+    from rollout.gateway.server import build_gateway
+    from rollout.gateway.stats import StatsCollector
+    from rollout.retrieval import BM25Retriever
+
+    retriever = BM25Retriever.build(corpus) if kind == "gw-bm25" else ConstantRetriever()
+    collector = None if kind == "gw-nostats" else StatsCollector(stats_dir)
+    gateway = load_gateway_file(GATEWAYS_DIR / "rag_sparse_only.json")
+    return build_gateway(gateway, KnowledgeBase(corpus, {"sparse": retriever}), collector)
+
+
+def serve(kind: str, passages: int, port_file: Path, stats_dir: Path) -> None:
+    import logging
+
+    import uvicorn
+
+    from rollout.data import generate_demo_kb
+    from rollout.gateway.server import bind_socket, make_uvicorn
+
+    logging.basicConfig(level=logging.WARNING)
+    corpus, _ = generate_demo_kb(n_passages=passages, n_questions=0)
+    sock = bind_socket("127.0.0.1", 0)  # the gateway's own binding (TCP_NODELAY) for every server
+    if kind.startswith("bare"):
+        app = bare_server(kind, corpus).streamable_http_app()
+        uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    else:
+        uv = make_uvicorn(gateway_server(kind, corpus, stats_dir))
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(str(sock.getsockname()[1]))
+    tmp.replace(port_file)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    asyncio.run(uv.serve(sockets=[sock]))
+
+
+# ---------------------------------------------------------------- clients (pool processes)
+
+
+def call_spec(kind: str, query: str) -> tuple[str, dict[str, Any]]:
+    if kind == "bare-echo":
+        return "echo", {"text": query}
+    if kind == "bare-result":
+        return "search", {"query": query, "top_k": TOP_K}
+    return "query_knowledge_base_sparse", {"query": query, "top_k": TOP_K}
+
+
+def client_phase(url: str, kind: str, first: int, sessions: int, calls: int, tag: str, queries: list[str],
+                 start: Any, end: Any) -> dict[str, Any]:
+    """Run `sessions` sessions (numbered from `first`) against `url`; the barriers frame the calls."""
+    try:
+        return asyncio.run(_client_phase(url, kind, first, sessions, calls, tag, queries, start, end))
+    except BaseException:
+        start.abort()  # the parent and the other clients stop waiting and see this error
+        end.abort()
+        raise
+
+
+async def _client_phase(url: str, kind: str, first: int, sessions: int, calls: int, tag: str,
+                        queries: list[str], start: Any, end: Any) -> dict[str, Any]:
+    from mcp.client.client import Client
+
+    from rollout.gateway.stats import META_CALL_ID
+
+    opened, all_open, go, done = 0, asyncio.Event(), asyncio.Event(), asyncio.Event()
+    finished, sent, latencies, errors = 0, [], [], 0
+
+    async def session(s: int) -> None:
+        nonlocal opened, finished, errors
+        async with Client(url) as client:
+            await client.list_tools()  # caches the output schemas, as a rollout worker does at start
+            opened += 1
+            if opened == sessions:
+                all_open.set()
+            await go.wait()
+            for i in range(calls):
+                call_id = f"{tag}-{s}-{i}"
+                tool, args = call_spec(kind, queries[(s * calls + i) % len(queries)])
+                sent.append(call_id)
+                t0 = time.perf_counter()
+                result = await client.call_tool(tool, args, meta={META_CALL_ID: call_id})
+                latencies.append((time.perf_counter() - t0) * 1000.0)
+                errors += bool(result.is_error)
+            finished += 1
+            if finished == sessions:
+                done.set()
+            await end_passed.wait()  # sessions close after the parent read the server's CPU time
+
+    end_passed = asyncio.Event()
+    tasks = [asyncio.create_task(session(first + s)) for s in range(sessions)]
+    await _first_of(all_open.wait(), tasks)
+    await asyncio.to_thread(start.wait, 120)
+    t0 = time.time()
+    go.set()
+    await _first_of(done.wait(), tasks)
+    t1 = time.time()
+    await asyncio.to_thread(end.wait, 600)
+    end_passed.set()
+    await asyncio.gather(*tasks)
+    return {"sent": sent, "latencies": latencies, "errors": errors, "t0": t0, "t1": t1}
+
+
+async def _first_of(event_wait: Any, tasks: list[asyncio.Task[None]]) -> None:
+    waiter = asyncio.ensure_future(event_wait)
+    await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for t in tasks:  # a session that failed surfaces here instead of hanging the barrier
+        if t.done() and t.exception() is not None:
+            waiter.cancel()
+            raise t.exception()  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- the run (this process)
+
+
+@dataclass
+class Server:
+    kind: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    stats_file: Path
+    sent: list[str] = field(default_factory=list)
+    load_ids: set[str] = field(default_factory=set)
+    latencies_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    errors: int = 0
+
+    @property
+    def calls(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def cpu_ms_per_call(self) -> float:
+        return self.cpu_s / self.calls * 1000.0
+
+    def p(self, q: float) -> float:
+        return pct(self.latencies_ms, q)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
+
+
+def start_server(kind: str, passages: int, workdir: Path) -> Server:
+    port_file, stats_dir = workdir / f"{kind}.port", workdir / kind
+    cmd = [sys.executable, __file__, "--serve", kind, "--passages", str(passages),
+           "--port-file", str(port_file), "--stats-dir", str(stats_dir)]
+    proc = subprocess.Popen(cmd)
+    deadline = time.monotonic() + 120
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{kind} server did not start (exit code {proc.poll()})")
+        time.sleep(0.05)
+    return Server(kind, proc, f"http://127.0.0.1:{port_file.read_text()}/mcp", stats_dir / "realtime_calls.jsonl")
+
+
+def phase(pool: ProcessPoolExecutor, manager: Any, server: Server, procs: int, sessions: int, calls: int,
+          tag: str, queries: list[str], measure: bool) -> None:
+    start, end = manager.Barrier(procs + 1), manager.Barrier(procs + 1)
+    shares = [sessions // procs + (i < sessions % procs) for i in range(procs)]
+    firsts = [sum(shares[:i]) for i in range(procs)]
+    futures = [pool.submit(client_phase, server.url, server.kind, f, n, calls, tag, queries, start, end)
+               for f, n in zip(firsts, shares, strict=True)]
+    try:
+        start.wait(180)
+        cpu0 = cpu_seconds(server.proc.pid)
+        end.wait(600)
+        cpu = cpu_seconds(server.proc.pid) - cpu0
+    except threading.BrokenBarrierError:
+        for f in futures:
+            f.result()  # raises the client's error
+        raise
+    results = [f.result() for f in futures]
+    for r in results:
+        server.sent.extend(r["sent"])
+    if measure:
+        server.cpu_s += cpu
+        server.wall_s += max(r["t1"] for r in results) - min(r["t0"] for r in results)
+        for r in results:
+            server.latencies_ms.extend(r["latencies"])
+            server.load_ids.update(r["sent"])
+            server.errors += r["errors"]
+
+
+def ledger(server: Server) -> tuple[int, int, int, int, list[float]]:
+    """(sent, lost, duplicated, unexpected, gateway-side durations of load calls) from the stats file."""
+    lines = [json.loads(line) for line in server.stats_file.read_text().splitlines() if line.strip()]
+    recorded = Counter(str(r["call_id"]) for r in lines)
+    sent = Counter(server.sent)
+    lost = sum(1 for c in sent if c not in recorded)
+    duplicated = sum(n - 1 for n in recorded.values() if n > 1)
+    unexpected = sum(1 for c in recorded if c not in sent)
+    durations = [float(r["duration_ms"]) for r in lines if r["call_id"] in server.load_ids]
+    return sum(sent.values()), lost, duplicated, unexpected, durations
+
+
+def report(servers: dict[str, Server], args: argparse.Namespace) -> None:
+    base = servers["bare-result"]
+    print(f"\n{args.sessions} sessions ({args.client_procs} client processes) x {args.calls} calls x {args.rounds} "
+          f"rounds per server, loopback, {os.cpu_count()} cores; gateway tool query_knowledge_base_sparse"
+          f"(top_k={TOP_K}) on a {args.passages}-passage demo corpus\n")
+    header = (f"{'server':<12}{'calls':>7}{'errors':>7}{'calls/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'cpu ms/call':>12}"
+              f"{'gw p50 ms':>10}{'p50 ratio':>10}{'cpu ratio':>10}  stats ledger (call ids sent vs recorded)")
+    print(header)
+    print("-" * len(header))
+    for kind, s in servers.items():
+        gw_p50, check = "", "-"
+        if s.stats_file.is_file():
+            sent, lost, dup, unexpected, durations = ledger(s)
+            gw_p50 = f"{pct(durations, 50):.2f}"
+            check = f"sent {sent}: lost {lost}, duplicated {dup}, unexpected {unexpected}"
+        print(f"{kind:<12}{s.calls:>7}{s.errors:>7}{s.calls / s.wall_s:>9.0f}{s.p(50):>9.2f}{s.p(95):>9.2f}"
+              f"{s.cpu_ms_per_call:>12.3f}{gw_p50:>10}{s.p(50) / base.p(50):>10.2f}"
+              f"{s.cpu_ms_per_call / base.cpu_ms_per_call:>10.2f}  {check}")
+    print("(ratios: / bare-result, the bare server giving the same reply)\n")
+
+    def ratio(a: str, b: str) -> str:
+        x, y = servers[a], servers[b]
+        return (f"{x.p(50) / y.p(50):.2f}x round-trip p50, {x.cpu_ms_per_call / y.cpu_ms_per_call:.2f}x server "
+                f"CPU per call")
+
+    print(f"gateway overhead, stats middleware + wrapper (gw-echo / bare-result): {ratio('gw-echo', 'bare-result')}")
+    print(f"  stats middleware alone           (gw-echo / gw-nostats):  {ratio('gw-echo', 'gw-nostats')}")
+    print(f"  against the bare echo            (gw-echo / bare-echo):   {ratio('gw-echo', 'bare-echo')}")
+    print(f"with BM25 on {args.passages} passages        (gw-bm25 / bare-result): {ratio('gw-bm25', 'bare-result')}")
+    overhead = servers["gw-echo"].p(50) / base.p(50)
+    verdict = "met" if overhead <= TARGET_RATIO else "NOT met"
+    print(f"target: the stats middleware and wrapper add at most {TARGET_RATIO - 1:.0%} to the bare round trip "
+          f"-> {verdict} ({overhead:.2f}x)")
+
+
+def run(args: argparse.Namespace, workdir: Path) -> dict[str, Server]:
+    from rollout.data import generate_demo_kb
+
+    corpus, _ = generate_demo_kb(n_passages=args.passages, n_questions=0)
+    queries = [p.title for p in corpus]
+    servers: dict[str, Server] = {}
+    ctx = get_context("spawn")
+    try:
+        for kind in KINDS:
+            servers[kind] = start_server(kind, args.passages, workdir)
+        with ctx.Manager() as manager, ProcessPoolExecutor(args.client_procs, mp_context=ctx) as pool:
+            for s in servers.values():
+                phase(pool, manager, s, args.client_procs, args.client_procs, 20, "warm", queries, measure=False)
+            for r in range(args.rounds):
+                for kind in KINDS if r % 2 == 0 else tuple(reversed(KINDS)):
+                    phase(pool, manager, servers[kind], args.client_procs, args.sessions, args.calls, f"r{r}",
+                          queries, measure=True)
+                    print(f"round {r + 1}/{args.rounds} {kind}: done", file=sys.stderr)
+        return servers
+    finally:
+        for s in servers.values():
+            s.proc.terminate()
+        for s in servers.values():
+            s.proc.wait(timeout=15)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sessions", type=int, default=64, help="concurrent MCP sessions")
+    p.add_argument("--calls", type=int, default=50, help="calls per session per round")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--client-procs", type=int, default=2, help="client processes the sessions are split over")
+    p.add_argument("--passages", type=int, default=2000)
+    p.add_argument("--serve", choices=KINDS, help=argparse.SUPPRESS)
+    p.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--stats-dir", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.passages, args.port_file, args.stats_dir)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="gateway-load-") as tmp:
+        servers = run(args, Path(tmp))
+        report(servers, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
