@@ -5,6 +5,8 @@ row numbers into the passage list the index was built from. `load_or_build_index
 indexes on disk keyed by corpus content and the parameters that shape them.
 """
 
+# Must come first: it sets OpenMP's wait policy before faiss or torch load (see the module).
+from rollout.retrieval import _threads  # noqa: F401
 from rollout.retrieval.base import Hits, Retriever
 from rollout.retrieval.cache import load_or_build_indexes
 from rollout.retrieval.dense import DenseRetriever

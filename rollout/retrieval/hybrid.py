@@ -38,10 +38,12 @@ class HybridRetriever:
         self.sparse = sparse
         self.rrf_k = int(rrf_k)
         self.candidates = int(candidates)
+        self._num_passages = dense_n if dense_n is not None else sparse_n
 
     @property
-    def num_passages(self) -> int:
-        return int(getattr(self.dense, "num_passages"))
+    def num_passages(self) -> int | None:
+        """Passages in the fused corpus; None when neither retriever reports it."""
+        return self._num_passages
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """Return the k passages with the highest fused score for each query (float32 scores)."""

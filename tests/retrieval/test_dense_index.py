@@ -1,5 +1,8 @@
 import copy
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -151,6 +154,17 @@ def test_empty_corpus_is_an_error() -> None:
 
 def test_importing_lowers_the_blas_threshold() -> None:
     assert faiss.cvar.distance_compute_blas_threshold == 1
+
+
+def test_importing_makes_idle_openmp_threads_sleep_unless_the_user_chose() -> None:
+    script = "import os, rollout.retrieval; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    default = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    chosen = subprocess.run(
+        [sys.executable, "-c", script], env={**env, "OMP_WAIT_POLICY": "ACTIVE"}, capture_output=True, text=True,
+        check=True,
+    )
+    assert (default.stdout.strip(), chosen.stdout.strip()) == ("PASSIVE", "ACTIVE")
 
 
 def _recall_at_10(reference: np.ndarray, found: np.ndarray) -> float:
