@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -76,3 +78,17 @@ def top_k_hits(scores: np.ndarray, k: int) -> Hits:
         hits.indices[row, :take] = chosen
         hits.scores[row, :take] = row_scores[chosen]
     return hits
+
+
+def read_index_meta(path: Path, meta_file: str, *, fmt: str, version: int, what: str, builder: str) -> dict:
+    """A saved index's meta.json, after checking it is the on-disk format this code reads."""
+    meta_path = Path(path) / meta_file
+    if not meta_path.is_file():
+        raise RetrievalError(f"no {what} at {path} ({meta_file} missing); build one with {builder}(...).save(path)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format") != fmt or meta.get("format_version") != version:
+        raise RetrievalError(
+            f"{path} holds format {meta.get('format')!r} v{meta.get('format_version')}, this code reads "
+            f"{fmt!r} v{version}; delete the directory and rebuild the index"
+        )
+    return meta

@@ -17,7 +17,7 @@ import faiss
 import numpy as np
 
 from rollout.data.records import Passage
-from rollout.retrieval.base import PAD_INDEX, PAD_SCORE, Hits, check_k, empty_hits
+from rollout.retrieval.base import PAD_INDEX, PAD_SCORE, Hits, check_k, empty_hits, read_index_meta
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.errors import RetrievalError
 from rollout.retrieval.params import DenseParams
@@ -245,17 +245,8 @@ class DenseRetriever:
     ) -> DenseRetriever:
         """Read a directory written by `save` (memory-mapped); `params.ef_search` applies to HNSW."""
         path = Path(path)
-        meta_path = path / _META
-        if not meta_path.is_file():
-            raise RetrievalError(
-                f"no dense index at {path} ({_META} missing); build one with DenseRetriever.build(...).save(path)"
-            )
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("format") != _FORMAT or meta.get("format_version") != _FORMAT_VERSION:
-            raise RetrievalError(
-                f"{path} holds format {meta.get('format')!r} v{meta.get('format_version')}, this code reads "
-                f"{_FORMAT!r} v{_FORMAT_VERSION}; delete the directory and rebuild the index"
-            )
+        meta = read_index_meta(path, _META, fmt=_FORMAT, version=_FORMAT_VERSION, what="dense index",
+                               builder="DenseRetriever.build")
         built_with = (meta.get("model_id"), meta.get("passage_prefix"))
         querying_with = None if encoder is None else (encoder.model_id, encoder.passage_prefix)
         # An index built from precomputed vectors records no model, so there is nothing to compare.

@@ -28,7 +28,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from rollout.data.records import Passage
-from rollout.retrieval.base import Hits, check_k, empty_hits
+from rollout.retrieval.base import Hits, check_k, empty_hits, read_index_meta
 from rollout.retrieval.errors import RetrievalError
 from rollout.retrieval.params import SparseParams
 from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize_batch
@@ -331,17 +331,8 @@ def _best(rows: np.ndarray, scores: np.ndarray, take: int) -> tuple[np.ndarray, 
 
 def _read_meta(path: Path) -> tuple[SparseParams, int]:
     """The parameters and passage count a saved index records; errors say to rebuild."""
-    meta_path = path / _META
-    if not meta_path.is_file():
-        raise RetrievalError(
-            f"no BM25 index at {path} ({_META} missing); build one with BM25Retriever.build(...).save(path)"
-        )
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format") != _FORMAT or meta.get("format_version") != _FORMAT_VERSION:
-        raise RetrievalError(
-            f"{path} holds format {meta.get('format')!r} v{meta.get('format_version')}, this code reads "
-            f"{_FORMAT!r} v{_FORMAT_VERSION}; delete the directory and rebuild the index"
-        )
+    meta = read_index_meta(path, _META, fmt=_FORMAT, version=_FORMAT_VERSION, what="BM25 index",
+                           builder="BM25Retriever.build")
     if meta.get("tokenizer_version") != TOKENIZER_VERSION:
         raise RetrievalError(
             f"BM25 index at {path} was tokenized with tokenizer v{meta.get('tokenizer_version')}, queries now use "

@@ -43,20 +43,19 @@ async def list_toolsets(ctx: Context) -> ToolSetsResult:
 @ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
 async def activate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
     """Activate a tool set so that its tools can be called from your next step on."""
-    catalog, task_id = _catalog(ctx), _task_id(ctx)
-    try:
-        catalog.activate(task_id, name)
-    except ValueError as e:
-        raise ToolError(str(e)) from e
-    return catalog.describe(task_id, changed=name)
+    return _switch(ctx, name, active=True)
 
 
 @ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
 async def deactivate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
     """Deactivate a tool set: its tools are no longer offered or callable until activated again."""
+    return _switch(ctx, name, active=False)
+
+
+def _switch(ctx: Context, name: str, *, active: bool) -> ToolSetsResult:
     catalog, task_id = _catalog(ctx), _task_id(ctx)
     try:
-        catalog.deactivate(task_id, name)
+        (catalog.activate if active else catalog.deactivate)(task_id, name)
     except ValueError as e:
         raise ToolError(str(e)) from e
     return catalog.describe(task_id, changed=name)
