@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+TaskStatus = Literal["ok", "error", "timeout"]
 
 
 @dataclass(slots=True)
@@ -32,6 +34,14 @@ class TaskResult:
     """The question's metadata (gold_doc_ids, hops, style, ...)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The conversation in chat-completions form."""
+    status: TaskStatus = "ok"
+    """ok (answered), error (failed; see `error`) or timeout (hit the task's time limit)."""
+    usage: dict[str, float] = field(default_factory=dict)
+    """Token usage of the task (prompt_tokens, completion_tokens, total_tokens, cost_usd when priced)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """`rollout.events` of the task in order (llm_output, tool_call, tool_result, completion, error)."""
+    attempts: int = 1
+    """How many times the task was started (more than 1 when a worker died under it)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from envs.records import ToolResult
+from rollout.events import EventLog
 
 
 class TaskTools(Protocol):
@@ -36,9 +37,17 @@ class AgentResult:
     """Policy steps taken (one per tool-call round plus the answering step)."""
     messages: list[dict[str, Any]]
     """The conversation in chat-completions form, tool results included."""
+    usage: dict[str, float] = field(default_factory=dict)
+    """Token usage summed over the task (prompt_tokens, completion_tokens, total_tokens; cost_usd when
+    prices are configured); empty for policies without a language model."""
 
 
 class Agent(Protocol):
-    """A policy that answers one question with the tools it is given."""
+    """A policy that answers one question with the tools it is given.
 
-    async def run(self, question: str, tools: TaskTools) -> AgentResult: ...
+    It emits an `LLMOutputEvent` per policy step into `events` (tool call and result events come
+    from the tools themselves, completion and error events from the worker). The worker may cancel
+    `run` at the task's time limit; the events emitted so far are kept as the partial trajectory.
+    """
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult: ...

@@ -37,6 +37,7 @@ from typing import Any
 
 from envs.records import ToolResult
 from rollout.agents.base import AgentResult, TaskTools
+from rollout.events import EventLog, LLMOutputEvent
 from rollout.agents.heuristic_reading import (
     IDENTIFIER,
     Evidence,
@@ -122,8 +123,9 @@ def evidence_from(result: ToolResult) -> list[Evidence]:
 class _Episode:
     """One question: the conversation so far and the turn budget."""
 
-    def __init__(self, question: str, tools: TaskTools, max_turns: int, top_k: int) -> None:
+    def __init__(self, question: str, tools: TaskTools, events: EventLog, max_turns: int, top_k: int) -> None:
         self.tools = tools
+        self.events = events
         self.top_k = top_k
         self.calls_left = max_turns - 1  # the last turn is the answer
         self.tool_rounds = 0
@@ -149,6 +151,8 @@ class _Episode:
         self.messages.append({"role": "assistant", "content": None, "tool_calls": [{
             "id": call_id, "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments)}}]})
+        self.events.emit(LLMOutputEvent(
+            turn=self.tool_rounds, tool_calls=[{"id": call_id, "name": name, "arguments": dict(arguments)}]))
         try:
             result = await self.tools.call_tool(name, arguments)
         except Exception as e:  # noqa: BLE001 — the protocol says tools return errors, but a policy must not die of one
@@ -168,6 +172,7 @@ class _Episode:
 
     def finish(self, answer: str) -> AgentResult:
         self.messages.append({"role": "assistant", "content": answer})
+        self.events.emit(LLMOutputEvent(turn=self.tool_rounds + 1, content=answer))
         return AgentResult(prediction=answer, turns=self.tool_rounds + 1, messages=self.messages)
 
 
@@ -182,8 +187,8 @@ class HeuristicAgent:
         self.max_turns = max_turns
         self.top_k = top_k
 
-    async def run(self, question: str, tools: TaskTools) -> AgentResult:
-        episode = _Episode(question, tools, self.max_turns, self.top_k)
+    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+        episode = _Episode(question, tools, events, self.max_turns, self.top_k)
         plan = plan_question(question)
         retrieval = find_retrieval_tools(tools.tool_specs)
         if not retrieval and await self._activate_retrieval(question, episode):

@@ -18,6 +18,7 @@ from envs.records import ToolResult
 from rollout.agents.base import Agent
 from rollout.agents.heuristic import HeuristicAgent, find_retrieval_tools
 from rollout.agents.heuristic_reading import plan_question
+from rollout.events import EventLog
 
 DENSE = "query_knowledge_base_dense"
 SPARSE = "query_knowledge_base_sparse"
@@ -39,7 +40,7 @@ async def _evaluate(questions, make_tools, *names: str) -> dict[Any, float]:
     agent = HeuristicAgent()
     hits: dict[Any, list[bool]] = defaultdict(list)
     for q in questions:
-        result = await agent.run(q.question, make_tools(*names))
+        result = await agent.run(q.question, make_tools(*names), EventLog("t"))
         ok = _exact_match(result.prediction, q.golden_answers)
         hits["all"].append(ok)
         hits[(q.metadata["hops"], q.metadata["style"])].append(ok)
@@ -78,7 +79,7 @@ def test_bm25_accuracy_per_style(sparse_em):
 
 async def test_no_tool_mode_answers_in_one_turn_without_calls(make_tools):
     tools = make_tools()
-    result = await HeuristicAgent().run("In which city was Arlen Voss born?", tools)
+    result = await HeuristicAgent().run("In which city was Arlen Voss born?", tools, EventLog("t"))
     assert result.turns == 1 and tools.calls == []
     assert result.messages[-1] == {"role": "assistant", "content": result.prediction}
 
@@ -87,7 +88,7 @@ async def test_only_offered_query_tools_are_called(demo_kb, make_tools):
     agent = HeuristicAgent()
     for q in demo_kb[1][:30]:
         tools = make_tools(SPARSE, CORPUS_INFO)
-        await agent.run(q.question, tools)
+        await agent.run(q.question, tools, EventLog("t"))
         assert tools.calls and {name for name, _ in tools.calls} == {SPARSE}
         assert all(args["top_k"] == 5 and isinstance(args["query"], str) for _, args in tools.calls)
 
@@ -97,7 +98,7 @@ async def test_hybrid_routes_identifier_queries_to_sparse_and_others_to_dense(de
     routed: dict[str, set[bool]] = defaultdict(set)
     for q in demo_kb[1][:60]:
         tools = make_tools(DENSE, SPARSE)
-        await agent.run(q.question, tools)
+        await agent.run(q.question, tools, EventLog("t"))
         for name, args in tools.calls:
             routed[name].add(bool(CODE.search(args["query"])))
     assert routed[SPARSE] == {True}
@@ -106,17 +107,17 @@ async def test_hybrid_routes_identifier_queries_to_sparse_and_others_to_dense(de
 
 async def test_identifier_question_goes_to_sparse_first(make_tools):
     tools = make_tools(DENSE, SPARSE)
-    await HeuristicAgent().run("Which company has register code ORG-5521?", tools)
+    await HeuristicAgent().run("Which company has register code ORG-5521?", tools, EventLog("t"))
     assert tools.calls[0][0] == SPARSE
     tools = make_tools(DENSE, SPARSE)
-    await HeuristicAgent().run("Who founded Veltrix Holdings?", tools)
+    await HeuristicAgent().run("Who founded Veltrix Holdings?", tools, EventLog("t"))
     assert tools.calls[0][0] == DENSE
 
 
 async def test_failing_tool_falls_back_to_the_other_tool(demo_kb, make_tools):
     question = next(q for q in demo_kb[1] if q.metadata["hops"] == 1 and q.metadata["style"] == "exact")
     tools = make_tools(DENSE, SPARSE, failing=[DENSE])
-    result = await HeuristicAgent().run(question.question, tools)
+    result = await HeuristicAgent().run(question.question, tools, EventLog("t"))
     assert [name for name, _ in tools.calls[:2]] == [DENSE, SPARSE]
     assert _exact_match(result.prediction, question.golden_answers)
     assert any(m["role"] == "tool" and "unavailable" in m["content"] for m in result.messages)
@@ -126,7 +127,7 @@ async def test_failing_only_tool_is_rephrased_once_and_never_crashes(demo_kb, ma
     agent = HeuristicAgent(max_turns=4)
     for q in demo_kb[1][:20]:
         tools = make_tools(SPARSE, failing=[SPARSE])
-        result = await agent.run(q.question, tools)
+        result = await agent.run(q.question, tools, EventLog("t"))
         assert result.turns <= 4 and len(tools.calls) <= 3
         assert isinstance(result.prediction, str)
     first, second = tools.calls[0][1]["query"], tools.calls[1][1]["query"]
@@ -140,7 +141,7 @@ async def test_a_tool_that_raises_does_not_crash_the_agent(make_tools):
         raise ConnectionError("gateway went away")
 
     tools.call_tool = explode
-    result = await HeuristicAgent().run("Who founded Veltrix Holdings?", tools)
+    result = await HeuristicAgent().run("Who founded Veltrix Holdings?", tools, EventLog("t"))
     assert result.prediction == "" and result.turns <= 4
     assert any("ConnectionError" in (m.get("content") or "") for m in result.messages if m["role"] == "tool")
 
@@ -149,14 +150,14 @@ async def test_turn_budget_is_respected(demo_kb, make_tools):
     two_hop = next(q for q in demo_kb[1] if q.metadata["hops"] == 2)
     for max_turns in (1, 2, 3):
         tools = make_tools(SPARSE)
-        result = await HeuristicAgent(max_turns=max_turns).run(two_hop.question, tools)
+        result = await HeuristicAgent(max_turns=max_turns).run(two_hop.question, tools, EventLog("t"))
         assert result.turns <= max_turns and len(tools.calls) <= max_turns - 1
 
 
 async def test_two_hop_question_is_answered_in_two_searches(demo_kb, make_tools):
     q = next(q for q in demo_kb[1] if q.metadata["hops"] == 2 and q.metadata["style"] == "exact")
     tools = make_tools(SPARSE)
-    result = await HeuristicAgent().run(q.question, tools)
+    result = await HeuristicAgent().run(q.question, tools, EventLog("t"))
     assert _exact_match(result.prediction, q.golden_answers)
     assert len(tools.calls) == 2
     first, second = (args["query"] for _, args in tools.calls)
@@ -168,7 +169,7 @@ async def test_two_hop_question_is_answered_in_two_searches(demo_kb, make_tools)
 async def test_conversation_is_in_chat_completions_form(demo_kb, make_tools):
     q = next(q for q in demo_kb[1] if q.metadata["hops"] == 2)
     tools = make_tools(SPARSE)
-    result = await HeuristicAgent().run(q.question, tools)
+    result = await HeuristicAgent().run(q.question, tools, EventLog("t"))
     messages = result.messages
     assert messages[0]["role"] == "system" and messages[1] == {"role": "user", "content": q.question}
     calls = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
@@ -183,8 +184,8 @@ async def test_conversation_is_in_chat_completions_form(demo_kb, make_tools):
 
 async def test_deterministic(demo_kb, make_tools):
     q = demo_kb[1][0]
-    first = await HeuristicAgent().run(q.question, make_tools(DENSE, SPARSE))
-    second = await HeuristicAgent().run(q.question, make_tools(DENSE, SPARSE))
+    first = await HeuristicAgent().run(q.question, make_tools(DENSE, SPARSE), EventLog("t"))
+    second = await HeuristicAgent().run(q.question, make_tools(DENSE, SPARSE), EventLog("t"))
     assert first == second
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from envs import HttpMCPRagEnv
 from rollout.agents.heuristic import HeuristicAgent, find_retrieval_tools
+from rollout.events import EventLog
 from rollout.data.records import Passage
 from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.knowledge import KnowledgeBase
@@ -96,7 +97,7 @@ async def test_heuristic_agent_activates_a_search_set_when_none_is_offered(kb, t
         async with HttpMCPRagEnv(url, gateway_file) as env:
             task = env.for_task("q1")
             assert find_retrieval_tools(task.tool_specs) == []
-            result = await HeuristicAgent().run("Which company has the registry code ORG-5521?", task)
+            result = await HeuristicAgent().run("Which company has the registry code ORG-5521?", task, EventLog("q1"))
     names = [c.name for c in task.calls]
     assert names[:2] == ["list_toolsets", "activate_toolset"]
     # An identifier wants keyword search, and the document list (no text) is never what it activates.

@@ -1,0 +1,58 @@
+"""TaskSession: one task's view of an environment, recording (and emitting) its tool calls."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from envs.records import ToolCallRecord, ToolResult
+from rollout.events import EventLog, ToolCallEvent, ToolResultEvent
+from rollout.gateway.toolsets import TOOLSETS_GROUP
+
+if TYPE_CHECKING:
+    from envs.http_mcp_env import HttpMCPEnv
+
+EVENT_TEXT_LIMIT = 2000
+"""Characters of a tool result kept in its event; the full text stays in the agent's messages."""
+
+
+class TaskSession:
+    """One task's view of an environment (implements `rollout.agents.base.TaskTools`)."""
+
+    def __init__(self, env: HttpMCPEnv, task_id: str, events: EventLog | None = None):
+        self.env = env
+        self.task_id = task_id
+        self.calls: list[ToolCallRecord] = []
+        self.events = events
+        config = env.gateway_config
+        self.active_toolsets: list[str] | None = config.active_groups() if config.dynamic_toolsets else None
+        """Tool sets active for this task (dynamic gateway files); None when every tool is offered.
+        Starts from the file's defaults and follows the results of the tool-set tools."""
+
+    @property
+    def system_prompt(self) -> str:
+        return self.env.system_prompt
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        if self.active_toolsets is None:
+            return self.env.tool_specs
+        return self.env.tool_specs_for(self.active_toolsets)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        call_id = uuid.uuid4().hex
+        if self.events is not None:
+            self.events.emit(ToolCallEvent(call_id=call_id, name=name, arguments=dict(arguments)))
+        result, record = await self.env.call(name, arguments, self.task_id, call_id)
+        self.calls.append(record)
+        if self.events is not None:
+            self.events.emit(ToolResultEvent(
+                call_id=call_id, name=name, ok=record.ok, outcome=record.outcome,
+                text=result.text[:EVENT_TEXT_LIMIT], latency_ms=record.latency_ms, result_ids=record.result_ids,
+            ))
+        if self.active_toolsets is not None and result.ok and self.env.group_of(name) == TOOLSETS_GROUP:
+            active = (result.structured or {}).get("active_toolsets")
+            if isinstance(active, list):
+                known = set(self.env.gateway_config.tool_groups())
+                self.active_toolsets = [str(a) for a in active if str(a) in known]
+        return result

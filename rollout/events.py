@@ -1,0 +1,134 @@
+"""Typed events of one task's agent loop: what the policy said, which tools it called, how it ended.
+
+Every event carries the Unix time it happened (`t`). A task's events are stored, in order, in its
+trajectory line (`TaskResult.events`), replayed by `python -m rollout.view`, and streamed live to
+the driver when a run is started with `watch=true`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
+
+ErrorKind = Literal["error", "timeout", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of all events; `type` names the kind in JSON."""
+
+    type: ClassVar[str] = "event"
+    t: float = field(default_factory=time.time)
+    """Unix time the event happened."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMOutputEvent(Event):
+    """One policy step's output: text and/or the tool calls it asks for."""
+
+    type: ClassVar[str] = "llm_output"
+    turn: int
+    """1-based policy step."""
+    content: str | None = None
+    """Text the model wrote (None when it only called tools)."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Requested calls: [{"id", "name", "arguments"}]."""
+    usage: dict[str, int] | None = None
+    """Token usage of this step as the endpoint reported it (prompt_tokens, completion_tokens, total_tokens)."""
+    latency_ms: float = 0.0
+    """Time the policy took to produce this output (the LLM request, retries included)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMThinkingEvent(Event):
+    """Reasoning text a model returned beside its answer (e.g. `reasoning_content`)."""
+
+    type: ClassVar[str] = "llm_thinking"
+    turn: int
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallEvent(Event):
+    """A tool call leaving for the gateway."""
+
+    type: ClassVar[str] = "tool_call"
+    call_id: str
+    """Same id as the trajectory's tool call record and the gateway's stats line."""
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultEvent(Event):
+    """A tool call's result as the agent received it."""
+
+    type: ClassVar[str] = "tool_result"
+    call_id: str
+    name: str
+    ok: bool
+    outcome: str
+    """`envs.records.Outcome`: ok, tool_error, invalid_arguments, unknown_tool, timeout, transport_error."""
+    text: str
+    """The result text the agent saw (the error message when not ok)."""
+    latency_ms: float
+    result_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionEvent(Event):
+    """The task finished with an answer."""
+
+    type: ClassVar[str] = "completion"
+    prediction: str
+    turns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent(Event):
+    """The task ended without an answer: an error, its time limit, or the run being stopped."""
+
+    type: ClassVar[str] = "error"
+    kind: ErrorKind
+    message: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (LLMOutputEvent, LLMThinkingEvent, ToolCallEvent, ToolResultEvent, CompletionEvent, ErrorEvent)
+}
+
+
+def event_from_json(data: dict[str, Any]) -> Event:
+    """The typed event of a stored dict; an unknown `type` raises ValueError naming the known ones."""
+    kind = data.get("type")
+    cls = EVENT_TYPES.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}; known: {', '.join(sorted(EVENT_TYPES))}")
+    return cls(**{k: v for k, v in data.items() if k != "type"})
+
+
+Listener = Callable[[str, Event], None]
+"""Called with (task_id, event) as each event is emitted (live watching)."""
+
+
+class EventLog:
+    """The events of one task, in order; an optional listener sees each as it is emitted."""
+
+    def __init__(self, task_id: str, listener: Listener | None = None) -> None:
+        self.task_id = task_id
+        self.events: list[Event] = []
+        self._listener = listener
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+        if self._listener is not None:
+            self._listener(self.task_id, event)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [e.to_json() for e in self.events]
