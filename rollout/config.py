@@ -51,6 +51,14 @@ class RunConfig:
     ray_address: str | None = None
     ray_num_cpus: int | None = None
     experiment: str = "demo"
+    task_timeout_s: float | None = 900.0
+    """Wall-clock limit per task; None for none."""
+    resume: bool = True
+    """Skip tasks already finished in `output_dir`; False starts the folder over."""
+    watch: bool = False
+    """Print every task's events live."""
+    progress: bool = True
+    """Show a progress bar."""
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
@@ -73,6 +81,10 @@ class RunConfig:
                 ray_address=c["ray"].get("address"),
                 ray_num_cpus=c["ray"].get("num_cpus"),
                 experiment=str(c["experiment"]),
+                task_timeout_s=float(c["task_timeout_s"]) if c.get("task_timeout_s") else None,
+                resume=bool(c.get("resume", True)),
+                watch=bool(c.get("watch", False)),
+                progress=bool(c.get("progress", True)),
             )
         except TypeError as e:
             raise ConfigError(f"unexpected config key: {e}. Check your overrides against conf/") from e

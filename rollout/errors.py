@@ -13,3 +13,11 @@ class ConfigError(RolloutError):
 
 class GatewayError(RolloutError):
     """The MCP gateway could not be started, reached, or answered wrongly."""
+
+
+class LLMError(RolloutError):
+    """A language-model endpoint could not be reached or refused the request."""
+
+
+class RunInterrupted(RolloutError):
+    """The user stopped the run (Ctrl-C); what finished is saved and the run can be resumed."""
