@@ -1,14 +1,17 @@
-"""Start the gateway as a child process on a free loopback port, and always stop it."""
+"""Start the gateway as a child process on a free loopback port, restart it on that port, and always stop it."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -17,22 +20,35 @@ from rollout.gateway.auth import TOKEN_ENV, auth_headers, resolve_token
 
 logger = logging.getLogger(__name__)
 
+REBIND_TIMEOUT_S = 10.0
+"""How long `restart` waits for the old port to become free (another process may hold it briefly)."""
+
+
+class _ExitedEarly(GatewayError):
+    """The child exited before it served (a port it could not bind, a bad argument, ...)."""
+
 
 class GatewayProcess:
     """`python -m rollout.gateway ARGS --port 0` as a context manager; `wait_ready()` gives its MCP URL.
 
-    `auth_token` (default `$ROLLOUT_GATEWAY_TOKEN`) reaches the child through its environment, not
-    its command line, and goes with the health checks.
+    `restart()` relaunches a dead gateway on the same host and port, so clients holding the URL
+    reconnect to it. `auth_token` (default `$ROLLOUT_GATEWAY_TOKEN`) reaches the child through its
+    environment, not its command line, and goes with the health checks.
     """
 
     def __init__(self, args: list[str], *, host: str = "127.0.0.1", ready_timeout_s: float = 900.0,
-                 auth_token: str | None = None):
+                 auth_token: str | None = None, rebind_timeout_s: float = REBIND_TIMEOUT_S):
         self.args = list(args)
         self.host = host
         self.ready_timeout_s = ready_timeout_s
+        self.rebind_timeout_s = rebind_timeout_s
         self.auth_token = resolve_token(auth_token)
         self.url: str | None = None
+        self.restarts = 0
+        """Times `restart()` brought the gateway back."""
         self._proc: subprocess.Popen[bytes] | None = None
+        self._port = 0
+        """Port of the last gateway that served; `restart()` binds it again."""
         self._tmp = tempfile.TemporaryDirectory(prefix="rollout-gateway-")
         self._ready_file = Path(self._tmp.name) / "url"
         self._deadline = 0.0
@@ -44,9 +60,10 @@ class GatewayProcess:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def launch(self) -> None:
-        """Start the child and return at once; `wait_ready` blocks until it serves."""
-        cmd = [sys.executable, "-m", "rollout.gateway", *self.args, "--host", self.host, "--port", "0",
+    def launch(self, port: int = 0) -> None:
+        """Start the child on `port` (0: a free one) and return at once; `wait_ready` blocks until it serves."""
+        self._ready_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "rollout.gateway", *self.args, "--host", self.host, "--port", str(port),
                "--ready-file", str(self._ready_file)]
         logger.debug("starting gateway: %s", " ".join(cmd))
         # The child inherits stdout/stderr so its index-building progress shows in the run's console.
@@ -68,13 +85,57 @@ class GatewayProcess:
         url = ready_file.read_text(encoding="utf-8").strip()
         self._wait_healthy(url, deadline)
         self.url = url
+        self._port = urlsplit(url).port or 0
+        return url
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the current child; None before `launch` and after `stop`."""
+        return self._proc.pid if self._proc is not None else None
+
+    def is_alive(self) -> bool:
+        """True while the child process runs (it may still be loading its indexes)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def restart(self) -> str:
+        """Relaunch the gateway on the host and port it served on, wait until it is healthy, return its URL.
+
+        A gateway still running is stopped first. Its indexes load from the cache the first launch
+        filled, and it appends to the same `tool_stats/realtime_calls.jsonl`.
+        """
+        if not self._port:
+            raise GatewayError("restart() needs a gateway that served once: call wait_ready() first")
+        before, port = self.url, self._port
+        proc, self._proc = self._proc, None
+        pid = proc.pid if proc is not None else None
+        was_alive = proc is not None and proc.poll() is None
+        code = _end(proc) if proc is not None else None
+        self.url = None  # nothing serves it until the new child is healthy
+        t0 = time.monotonic()
+        rebind_deadline = t0 + self.rebind_timeout_s
+        while True:
+            _wait_port_free(self.host, port, rebind_deadline)
+            self.launch(port)
+            try:
+                url = self.wait_ready()
+                break
+            except _ExitedEarly:
+                # Most likely someone bound the port between our check and the child's bind: try again.
+                if time.monotonic() > rebind_deadline or _port_free(self.host, port):
+                    raise
+                time.sleep(0.2)
+        self.restarts += 1
+        what = "was stopped to be restarted" if was_alive else _describe_exit(code)
+        logger.warning("The gateway (pid %s) %s; restarted it at %s in %.1f s", pid, what, url, time.monotonic() - t0)
+        if url != before:
+            logger.warning("The restarted gateway serves at %s, not at %s as before", url, before)
         return url
 
     def _check_alive(self) -> None:
         assert self._proc is not None
         code = self._proc.poll()
         if code is not None:
-            raise GatewayError(f"gateway exited with code {code} before it was ready; its error is printed above")
+            raise _ExitedEarly(f"gateway exited with code {code} before it was ready; its error is printed above")
 
     def _wait_healthy(self, url: str, deadline: float) -> None:
         health = url.rsplit("/", 1)[0] + "/healthz"
@@ -98,12 +159,52 @@ class GatewayProcess:
     def stop(self) -> None:
         """Ask the gateway to shut down (it writes its report), then make sure it is gone."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                logger.warning("gateway did not stop within 15 s; killing it")
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            _end(proc)
         self._tmp.cleanup()
+
+
+def _end(proc: subprocess.Popen[bytes]) -> int:
+    """Terminate `proc` if it still runs (kill it after 15 s); its exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            logger.warning("gateway did not stop within 15 s; killing it")
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "was not running"
+    if code < 0:
+        try:
+            return f"died (killed by {signal.Signals(-code).name}, exit code {code})"
+        except ValueError:
+            pass
+    return f"died (exit code {code})"
+
+
+def _port_free(host: str, port: int) -> bool:
+    """True when a listening socket could bind `host:port` now (with SO_REUSEADDR, as the gateway binds)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_port_free(host: str, port: int, deadline: float) -> None:
+    while not _port_free(host, port):
+        if time.monotonic() > deadline:
+            raise GatewayError(
+                f"cannot restart the gateway on {host}:{port}: the port is still in use by another process "
+                f"(see `ss -ltnp 'sport = :{port}'`); clients hold this URL, so it cannot move to another port"
+            )
+        time.sleep(0.1)

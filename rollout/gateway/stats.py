@@ -56,6 +56,14 @@ class CallStat:
     """Passage ids a retrieval tool returned, best first."""
 
 
+def _ends_mid_line(path: Path) -> bool:
+    with path.open("rb") as f:
+        if f.seek(0, 2) == 0:
+            return False
+        f.seek(-1, 2)
+        return f.read(1) != b"\n"
+
+
 class StatsCollector:
     """Appends one JSON line per call to `stats_dir/realtime_calls.jsonl`."""
 
@@ -64,6 +72,9 @@ class StatsCollector:
         self.stats_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.stats_dir / CALLS_FILE
         self._file = self.path.open("a", encoding="utf-8")
+        if _ends_mid_line(self.path):
+            # A gateway killed mid-write left a partial line; end it so it does not swallow the next one.
+            self._file.write("\n")
 
     def record(self, stat: CallStat) -> None:
         # One write per line from the gateway's single event loop: lines never interleave.
