@@ -1,0 +1,370 @@
+"""One chat-completions request at a time, with explicit, bounded retries.
+
+The `openai` SDK's own retries are off (`max_retries=0`): retrying here keeps the policy visible in
+config and testable. A request is retried on 408, 429 (after its `Retry-After`, capped), 5xx,
+connection errors and timeouts, with exponential backoff and full jitter, at most
+`llm.max_retries` times. Anything else — 400, 401, 403, 404, 422, a body that is not a chat
+completion — is deterministic: retrying would fail the same way, so it raises `LLMError` at once
+with what to fix. Every attempt is bounded by `llm.timeout_s` and every wait by a cap, so a request
+always ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+try:
+    import openai
+except ImportError:  # only agent=openai needs it; ChatClient names the install line instead of failing at import
+    openai = None  # type: ignore[assignment]
+
+from rollout.errors import ConfigError, LLMError
+
+logger = logging.getLogger(__name__)
+
+NO_KEY = "EMPTY"
+"""Sent when the key's environment variable is unset: local servers (vLLM, SGLang, Ollama) need none."""
+
+_RETRYABLE_STATUS = frozenset({408, 429})
+_SDK_PARAMS = frozenset({
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "presence_penalty",
+    "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "reasoning_effort", "n", "user",
+})
+"""Sampling keys the SDK takes by name; any other key in `llm.sampling` (e.g. vLLM's `top_k`,
+`repetition_penalty`, `chat_template_kwargs`) goes into the request body as is."""
+
+
+def plain(config: Any) -> Any:
+    """A Hydra `DictConfig` as plain containers (hydra's `instantiate` hands nested configs over as DictConfig)."""
+    return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+
+
+@dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """The `llm:` block of the config, checked."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = 120.0
+    max_retries: int = 5
+    sampling: dict[str, Any] = field(default_factory=dict)
+    price_prompt: float | None = None
+    """USD per million prompt tokens."""
+    price_completion: float | None = None
+    """USD per million completion tokens."""
+
+    @classmethod
+    def from_config(cls, llm: Mapping[str, Any] | DictConfig | None) -> LLMSettings:
+        """Check the block; a missing or wrong value is a `ConfigError` naming the key to set."""
+        c = plain(llm) or {}
+        if not isinstance(c, Mapping):
+            raise ConfigError(f"agent=openai needs an llm: block (base_url, model, ...), got {c!r}")
+        model = c.get("model")
+        if not model or not isinstance(model, str):
+            raise ConfigError("agent=openai needs llm.model=NAME (the model the endpoint serves, "
+                              "e.g. llm.model=Qwen/Qwen2.5-7B-Instruct)")
+        base_url = c.get("base_url")
+        if not base_url or not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"llm.base_url={base_url!r} must be the endpoint's http(s) URL, "
+                              "e.g. llm.base_url=http://127.0.0.1:8000/v1")
+        prices = c.get("prices") or {}
+        sampling = c.get("sampling") or {}
+        if not isinstance(prices, Mapping) or not isinstance(sampling, Mapping):
+            raise ConfigError("llm.prices and llm.sampling must be mappings")
+        try:
+            settings = cls(
+                base_url=base_url.rstrip("/"),
+                model=model,
+                api_key_env=c.get("api_key_env") or None,
+                timeout_s=float(c.get("timeout_s", 120.0)),
+                max_retries=int(c.get("max_retries", 5)),
+                sampling={str(k): v for k, v in sampling.items() if v is not None},
+                price_prompt=_price(prices.get("prompt")),
+                price_completion=_price(prices.get("completion")),
+            )
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"llm: {e} (timeout_s, max_retries and prices are numbers)") from e
+        if settings.timeout_s <= 0:
+            raise ConfigError(f"llm.timeout_s={settings.timeout_s:g} must be positive")
+        if settings.max_retries < 0:
+            raise ConfigError(f"llm.max_retries={settings.max_retries} must be 0 or more")
+        return settings
+
+    def api_key(self) -> str:
+        return (os.environ.get(self.api_key_env) if self.api_key_env else None) or NO_KEY
+
+    def cost_usd(self, usage: Mapping[str, float]) -> float | None:
+        """The price of `usage`, when both prices are configured."""
+        if self.price_prompt is None or self.price_completion is None:
+            return None
+        return (usage.get("prompt_tokens", 0) * self.price_prompt
+                + usage.get("completion_tokens", 0) * self.price_completion) / 1e6
+
+
+def _price(value: Any) -> float | None:
+    if value is None:
+        return None
+    price = float(value)
+    if price < 0:
+        raise ValueError(f"price {price:g} is negative")
+    return price
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long to wait before retry number `n` (0-based): full jitter over a capped exponential."""
+
+    max_retries: int
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 60.0
+    """A server's `Retry-After` is honoured up to this; a longer ask is cut to it."""
+
+    def delay(self, n: int, retry_after_s: float | None, rng: random.Random) -> float:
+        if retry_after_s is not None:
+            return max(0.0, min(retry_after_s, self.retry_after_max_s))
+        return rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2.0 ** n))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A tool call as the model wrote it (arguments still the raw JSON string)."""
+
+    id: str
+    name: str
+    arguments: str
+    type: str = "function"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The parts of a chat completion an agent loop needs."""
+
+    content: str | None
+    reasoning: str | None
+    """`reasoning_content` (vLLM, DeepSeek) or `reasoning` when the endpoint returns one."""
+    tool_calls: list[ToolCallRequest]
+    finish_reason: str | None
+    usage: dict[str, int] | None
+    latency_ms: float
+    """Wall time of the request, retries and waits included."""
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """One failed attempt, classified."""
+
+    retryable: bool
+    description: str
+    retry_after_s: float | None = None
+
+
+class ChatClient:
+    """Chat-completions requests to one endpoint with the retry policy above.
+
+    The `AsyncOpenAI` client is made on first use inside the running event loop (an httpx client
+    belongs to the loop it was made in) and remade if a later call runs in another loop, e.g. after
+    a preflight `asyncio.run` in the driver.
+    """
+
+    def __init__(self, settings: LLMSettings, retry: RetryPolicy, rng: random.Random | None = None) -> None:
+        if openai is None:
+            raise ConfigError("agent=openai needs the openai package: pip install openai")
+        self.settings = settings
+        self.retry = retry
+        self._rng = rng or random.Random()
+        self._client: openai.AsyncOpenAI | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _openai(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = openai.AsyncOpenAI(
+                api_key=self.settings.api_key(), base_url=self.settings.base_url,
+                timeout=self.settings.timeout_s, max_retries=0,
+            )
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.close()
+        self._client = self._loop = None
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
+        parallel_tool_calls: bool | None = None,
+        sampling: Mapping[str, Any] | None = None,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Completion:
+        """One completion, retried per the policy; `LLMError` when it is refused or retries run out.
+
+        `sampling` replaces `llm.sampling` key by key; `max_retries` and `timeout_s` override the
+        configured budget (the preflight uses a short one).
+        """
+        timeout = timeout_s or self.settings.timeout_s
+        retries = self.retry.max_retries if max_retries is None else max_retries
+        kwargs = self._request(messages, tools, tool_choice, parallel_tool_calls, sampling, timeout)
+        t0 = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with asyncio.timeout(timeout):
+                    response = await self._openai().chat.completions.create(**kwargs)
+            except (openai.APIError, TimeoutError) as e:
+                failure = self._classify(e, timeout)
+                if not failure.retryable:
+                    raise LLMError(failure.description) from e
+                if attempt > retries:
+                    budget = f"; llm.max_retries={retries}" if max_retries is None else ""
+                    raise LLMError(f"{failure.description} (gave up after {attempt} attempts{budget})") from e
+            else:
+                return self._parse(response, (time.perf_counter() - t0) * 1000, attempt)
+            wait = self.retry.delay(attempt - 1, failure.retry_after_s, self._rng)
+            logger.debug("LLM request failed (%s); retry %d of %d in %.2f s",
+                         failure.description, attempt, retries, wait)
+            await asyncio.sleep(wait)
+
+    def _request(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str | None,
+        parallel_tool_calls: bool | None, sampling: Mapping[str, Any] | None, timeout: float,
+    ) -> dict[str, Any]:
+        params = {**self.settings.sampling, **(sampling or {})}
+        kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages, "timeout": timeout}
+        extra = {k: v for k, v in params.items() if k not in _SDK_PARAMS and v is not None}
+        kwargs.update({k: v for k, v in params.items() if k in _SDK_PARAMS and v is not None})
+        if extra:
+            kwargs["extra_body"] = extra
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+            if parallel_tool_calls is not None:
+                kwargs["parallel_tool_calls"] = parallel_tool_calls
+        return kwargs
+
+    def _classify(self, e: BaseException, timeout: float) -> _Failure:
+        where = f"{self.settings.base_url}"
+        if isinstance(e, (TimeoutError, openai.APITimeoutError)):
+            return _Failure(True, f"no response from {where} within {timeout:g} s (llm.timeout_s)")
+        if isinstance(e, openai.APIConnectionError):
+            cause = e.__cause__ or e
+            return _Failure(True, f"could not connect to {where} ({type(cause).__name__}: {cause}): start your "
+                                  "server there or set llm.base_url=URL (e.g. http://127.0.0.1:8000/v1)")
+        if isinstance(e, openai.APIStatusError):
+            status, detail = e.status_code, _detail(e)
+            if status in _RETRYABLE_STATUS or status >= 500:
+                return _Failure(True, f"HTTP {status} from {where}: {detail}", _retry_after(e.response.headers))
+            return _Failure(False, self._refusal(status, detail))
+        if isinstance(e, openai.APIResponseValidationError):
+            return _Failure(False, self._not_chat(str(e)))
+        return _Failure(False, f"{where}: {type(e).__name__}: {e}")
+
+    def _refusal(self, status: int, detail: str) -> str:
+        """The message of a deterministic HTTP failure: what happened and what to change."""
+        s = self.settings
+        key = f"${s.api_key_env}" if s.api_key_env else "no key variable"
+        key_state = (f"{key} (llm.api_key_env) is set" if s.api_key() != NO_KEY
+                     else f"{key} (llm.api_key_env) is unset, so no key was sent")
+        if status == 401:
+            return (f"{s.base_url} refused the API key (HTTP 401: {detail}); {key_state}: "
+                    f"set ${s.api_key_env or 'OPENAI_API_KEY'} to a valid key (llm.api_key_env names the variable)")
+        if status == 403:
+            return (f"{s.base_url} refused access to model {s.model} (HTTP 403: {detail}); "
+                    f"check that the key in {key} may use it")
+        if status == 404:
+            return (f"model {s.model} not found at base_url {s.base_url} (HTTP 404: {detail}): check llm.model / "
+                    "llm.base_url (OpenAI-compatible servers serve under /v1, e.g. http://127.0.0.1:8000/v1)")
+        return (f"{s.base_url} rejected the request for model {s.model} (HTTP {status}: {detail}); check "
+                "llm.sampling, and that the server supports tool calling (vLLM: --enable-auto-tool-choice "
+                "--tool-call-parser NAME)")
+
+    def _not_chat(self, what: str) -> str:
+        return (f"{self.settings.base_url} did not answer with a chat completion ({what}); llm.base_url must be an "
+                "OpenAI-compatible API root whose /chat/completions endpoint answers (usually ending in /v1)")
+
+    def _parse(self, response: Any, latency_ms: float, attempts: int) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            shown = response if isinstance(response, str) else getattr(response, "model_extra", None) or response
+            raise LLMError(self._not_chat(f"no choices in {str(shown)[:200]!r}"))
+        message = getattr(choices[0], "message", None)
+        if message is None:
+            raise LLMError(self._not_chat("the first choice has no message"))
+        extra = getattr(message, "model_extra", None) or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        calls = []
+        for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+            function = getattr(call, "function", None)
+            calls.append(ToolCallRequest(
+                # Some servers omit ids; the tool message must still name its call, uniquely in the conversation.
+                id=getattr(call, "id", None) or f"call_{uuid.uuid4().hex[:12]}_{i}",
+                name=str(getattr(function, "name", "") or ""),
+                arguments=str(getattr(function, "arguments", "") or ""),
+                type=str(getattr(call, "type", "function") or "function"),
+            ))
+        usage = getattr(response, "usage", None)
+        tokens = None
+        if usage is not None:
+            tokens = {k: int(getattr(usage, k, 0) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        return Completion(
+            content=getattr(message, "content", None),
+            reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+            tool_calls=calls,
+            finish_reason=getattr(choices[0], "finish_reason", None),
+            usage=tokens,
+            latency_ms=latency_ms,
+            attempts=attempts,
+        )
+
+
+def _detail(e: openai.APIStatusError) -> str:
+    """The server's error message, shortened."""
+    body = e.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, Mapping) else inner
+        if message:
+            return str(message)[:300]
+    return (str(body) if body else e.message)[:300]
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a response asks to wait: `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

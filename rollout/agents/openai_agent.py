@@ -1,0 +1,205 @@
+"""A policy served by any OpenAI-compatible chat-completions endpoint with native tool calling.
+
+vLLM, SGLang, OpenAI and Ollama all speak this wire format, so one loop covers them: the model
+sees the mode's system prompt, the question and the tools the environment offers (re-read every
+turn, since dynamic tool sets change them), asks for tool calls, reads their results, and ends
+the task with a message that calls no tool. HTTP, timeouts and retries live in
+`rollout.agents.llm_client`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig
+
+from envs.records import ToolResult
+from rollout.agents.base import AgentResult, TaskTools
+from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, ToolCallRequest
+from rollout.errors import ConfigError, LLMError
+from rollout.events import EventLog, LLMOutputEvent, LLMThinkingEvent
+
+logger = logging.getLogger(__name__)
+
+FINAL_TURN_PROMPT = "You have used all your tool calls. Answer the question now with a short final answer."
+"""Added as a user message before the last request when earlier turns were spent on tools."""
+
+_ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+answer|answer)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*(.*)$",
+                          re.IGNORECASE | re.MULTILINE)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def extract_answer(content: str | None) -> str:
+    """The short answer in a final message: after the last "Answer:" / "Final answer:" line if there is
+    one (the next non-empty line when that line ends there), else the whole message, stripped."""
+    text = (content or "").strip()
+    found = list(_ANSWER_LINE.finditer(text))
+    if not found:
+        return text
+    last = found[-1]
+    answer = last.group(1).strip().strip("*").strip()
+    if not answer:
+        rest = [line.strip() for line in text[last.end():].splitlines() if line.strip()]
+        answer = rest[0] if rest else ""
+    return answer
+
+
+def split_thinking(content: str | None) -> tuple[str | None, str | None]:
+    """(content, thinking) for a model that writes its reasoning inline in `<think>` tags (no reasoning parser)."""
+    if not content or "<think>" not in content:
+        return content, None
+    thinking = "\n".join(t.strip() for t in _THINK.findall(content))
+    rest = _THINK.sub("", content)
+    if "<think>" in rest:  # cut off mid-thought: all of it is thinking
+        head, _, tail = rest.partition("<think>")
+        thinking, rest = "\n".join(filter(None, [thinking, tail.strip()])), head
+    return rest.strip() or None, thinking or None
+
+
+def parse_arguments(call: ToolCallRequest) -> tuple[dict[str, Any] | None, str | None]:
+    """(arguments, None) when the call's arguments are a JSON object, else (None, the error the model reads)."""
+    if call.type != "function":
+        return None, f"Error: tool call type {call.type!r} is not supported; call a function tool."
+    raw = call.arguments.strip() or "{}"
+    try:
+        arguments = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return None, (f"Error: the arguments of {call.name} are not valid JSON ({e.msg} at position {e.pos}); "
+                      "the tool was not called. Call it again with a JSON object matching its parameters.")
+    if not isinstance(arguments, dict):
+        return None, (f"Error: the arguments of {call.name} must be a JSON object, got {type(arguments).__name__}; "
+                      "the tool was not called. Call it again with a JSON object matching its parameters.")
+    return arguments, None
+
+
+class OpenAIAgent:
+    """Tool-calling loop against an OpenAI-compatible endpoint (`agent=openai`).
+
+    Per task: messages = [system prompt of the mode, question]; each turn one request with the tools
+    offered now; the requested calls run in order and their results go back as tool messages; a
+    message without tool calls is the answer. The last of `max_turns` requests is made with
+    `tool_choice="none"` so the model must answer. `AgentResult.turns` counts requests and
+    `AgentResult.usage` sums their tokens (and `cost_usd` when `llm.prices` are both set).
+
+    Failures: 429, 5xx, connection errors and timeouts are retried with capped exponential backoff and
+    jitter (`llm.max_retries`, `backoff_*`); a deterministic refusal or running out of retries raises
+    `LLMError`, which the worker records as that task's error while the run goes on.
+
+    `check()` is a preflight for the driver to await once before workers start: one tiny request
+    (max_tokens=1) with a short retry budget, so a wrong URL, key or model fails the run in seconds
+    with a message naming `llm.base_url` and the fix, instead of failing every task.
+    """
+
+    def __init__(
+        self,
+        llm: Mapping[str, Any] | DictConfig,
+        max_turns: int = 8,
+        parallel_tool_calls: bool | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        retry_after_max_s: float = 60.0,
+    ) -> None:
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"agent.max_turns={max_turns!r} must be a whole number of at least 1 (the answering turn)")
+        if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+            raise ConfigError(f"agent.parallel_tool_calls={parallel_tool_calls!r} must be true, false or null")
+        delays = {"backoff_base_s": backoff_base_s, "backoff_max_s": backoff_max_s,
+                  "retry_after_max_s": retry_after_max_s}
+        for key, value in delays.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"agent.{key}={value!r} must be a number of seconds, 0 or more")
+        self.settings = LLMSettings.from_config(llm)
+        self.max_turns = max_turns
+        self.parallel_tool_calls = parallel_tool_calls
+        self.retry = RetryPolicy(self.settings.max_retries, float(backoff_base_s), float(backoff_max_s),
+                                 float(retry_after_max_s))
+        self.client = ChatClient(self.settings, self.retry)
+
+    async def check(self, max_retries: int = 2, timeout_s: float = 30.0) -> None:
+        """Fail fast when the endpoint is unreachable or refuses: `LLMError` naming llm.base_url and the fix."""
+        # One output token is enough to prove the model is served; keep the token-limit key the config
+        # uses (OpenAI's reasoning models refuse `max_tokens` and take `max_completion_tokens`).
+        limit = "max_completion_tokens" if "max_completion_tokens" in self.settings.sampling else "max_tokens"
+        try:
+            await self.client.complete(
+                [{"role": "user", "content": "Reply with OK."}],
+                sampling={limit: 1}, max_retries=min(max_retries, self.settings.max_retries),
+                timeout_s=min(timeout_s, self.settings.timeout_s),
+            )
+        except LLMError as e:
+            raise LLMError(f"agent=openai preflight (llm.model={self.settings.model}) failed: {e}") from e
+        finally:
+            await self.client.aclose()
+        logger.debug("LLM endpoint %s answers for model %s", self.settings.base_url, self.settings.model)
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": tools.system_prompt},
+            {"role": "user", "content": question},
+        ]
+        usage: dict[str, float] = {}
+        for turn in range(1, self.max_turns + 1):
+            final = turn == self.max_turns
+            if final and turn > 1:
+                messages.append({"role": "user", "content": FINAL_TURN_PROMPT})
+            specs = list(tools.tool_specs)
+            reply = await self.client.complete(
+                messages, tools=specs or None, tool_choice="none" if final else None,
+                parallel_tool_calls=self.parallel_tool_calls,
+            )
+            self._add_usage(usage, reply.usage)
+            content, thinking = split_thinking(reply.content)
+            thinking = "\n".join(filter(None, [reply.reasoning, thinking])) or None
+            calls = [] if final else reply.tool_calls
+            if final and reply.tool_calls:
+                logger.debug("turn %d: the model asked for tools after tool_choice=none; ignored", turn)
+            parsed = [(call, *parse_arguments(call)) for call in calls]
+            if thinking:
+                events.emit(LLMThinkingEvent(turn=turn, content=thinking))
+            events.emit(LLMOutputEvent(
+                turn=turn, content=content,
+                tool_calls=[{"id": c.id, "name": c.name, "arguments": args if args is not None else c.arguments}
+                            for c, args, _ in parsed],
+                usage=reply.usage, latency_ms=reply.latency_ms,
+            ))
+            messages.append(self._assistant_message(content, calls))
+            if not calls:
+                if reply.finish_reason == "length":
+                    logger.debug("turn %d: the answer was cut at llm.sampling.max_tokens", turn)
+                return AgentResult(extract_answer(content), turn, messages, self._total(usage))
+            for call, arguments, problem in parsed:
+                text = problem if arguments is None else (await self._call(tools, call.name, arguments)).text
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        raise AssertionError("unreachable: the last turn always answers")
+
+    @staticmethod
+    async def _call(tools: TaskTools, name: str, arguments: dict[str, Any]) -> ToolResult:
+        try:
+            return await tools.call_tool(name, arguments)
+        except Exception as e:  # tools should return errors, but one that raises must not end the task
+            logger.debug("tool %s raised instead of returning an error", name, exc_info=True)
+            return ToolResult(ok=False, text=f"Error: {type(e).__name__}: {e}")
+
+    @staticmethod
+    def _assistant_message(content: str | None, calls: list[ToolCallRequest]) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        return message
+
+    @staticmethod
+    def _add_usage(total: dict[str, float], step: dict[str, int] | None) -> None:
+        """Add one request's tokens; an endpoint that reports none leaves the total empty, not zero."""
+        if step:
+            for key in _TOKEN_KEYS:
+                total[key] = total.get(key, 0) + step.get(key, 0)
+
+    def _total(self, usage: dict[str, float]) -> dict[str, float]:
+        cost = self.settings.cost_usd(usage)
+        return {**usage, "cost_usd": cost} if cost is not None and usage else dict(usage)

@@ -1,0 +1,197 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for testing LLM agents offline.
+
+It is a real HTTP server (starlette + uvicorn on a free loopback port, in a background thread), so
+the agent under test goes through the `openai` SDK, httpx and a socket exactly as it would against
+vLLM or OpenAI. Responses are shaped as the OpenAI API shapes them.
+
+Each request takes the next `Reply` from the script; when the script is empty the default policy
+answers: a request that offers tools and carries no tool result yet calls the first offered tool
+whose parameters have `query`, with the user's question; any other request answers with the first
+line of the last tool result (or "I don't know." without one). The server never sees gold answers.
+
+Every request body (and its headers) is recorded so tests can assert on what the agent sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from rollout.gateway.server import bind_socket
+from tests.gateway.loopback import serving
+
+MODEL = "test-model"
+
+
+@dataclass
+class Reply:
+    """One scripted response: a status, a JSON body (or raw text) and headers, after an optional delay."""
+
+    status: int = 200
+    body: dict[str, Any] | str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+def usage(prompt: int = 20, completion: int = 5) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def completion(message: dict[str, Any], finish_reason: str, tokens: dict[str, int] | None = None) -> dict[str, Any]:
+    """A chat.completion body around one assistant message."""
+    return {
+        "id": f"chatcmpl-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": MODEL,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
+        "usage": tokens or usage(),
+    }
+
+
+def answer(text: str | None, *, reasoning: str | None = None, tokens: dict[str, int] | None = None,
+           delay_s: float = 0.0) -> Reply:
+    """The model answers in text (`reasoning` is sent as vLLM/DeepSeek's `reasoning_content`)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": None}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    return Reply(body=completion(message, "stop", tokens), delay_s=delay_s)
+
+
+def tool_calls(*calls: tuple[str, dict[str, Any] | str], content: str | None = None,
+               tokens: dict[str, int] | None = None) -> Reply:
+    """The model calls tools: (name, arguments) pairs; a str is sent verbatim as the arguments (malformed JSON)."""
+    wire = [{"id": f"call_{time.monotonic_ns()}_{i}", "type": "function",
+             "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+            for i, (name, args) in enumerate(calls)]
+    return Reply(body=completion({"role": "assistant", "content": content, "tool_calls": wire}, "tool_calls", tokens))
+
+
+def error(status: int, message: str = "scripted error", *, headers: dict[str, str] | None = None,
+          delay_s: float = 0.0) -> Reply:
+    """An error response with the OpenAI error body."""
+    kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "invalid_request_error"
+    return Reply(status, {"error": {"message": message, "type": kind, "param": None, "code": None}},
+                 headers or {}, delay_s)
+
+
+class ChatServer:
+    """The scripted server's state: the script, the default policy, and what it received and sent.
+
+    Tests call `push(...)` to script replies and read `requests` (bodies), `headers` and `sent`
+    (the successful bodies returned). Thread-safe: the server runs on its own thread and loop.
+    """
+
+    def __init__(self) -> None:
+        self._script: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.base_url = ""
+        """`http://127.0.0.1:PORT/v1` once serving."""
+
+    def push(self, *replies: Reply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self.requests.clear()
+            self.headers.clear()
+            self.sent.clear()
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """Bodies of the chat-completions requests received (not the model listings)."""
+        return [r for r in self.requests if "messages" in r]
+
+    def _next(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        return default_reply(body)
+
+    async def chat(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
+        reply = self._next(body)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if isinstance(reply.body, str):
+            return PlainTextResponse(reply.body, reply.status, headers=reply.headers)
+        if reply.status == 200 and isinstance(reply.body, dict):
+            with self._lock:
+                self.sent.append(reply.body)
+        return JSONResponse(reply.body, reply.status, headers=reply.headers)
+
+    async def models(self, request: Request) -> Response:
+        with self._lock:
+            self.requests.append({"_models": True})
+            self.headers.append(dict(request.headers))
+        return JSONResponse({"object": "list", "data": [
+            {"id": MODEL, "object": "model", "created": 0, "owned_by": "tests"}]})
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+        ])
+
+
+def _query_tool(tools: list[dict[str, Any]]) -> str | None:
+    for spec in tools:
+        function = spec.get("function") or {}
+        if "query" in ((function.get("parameters") or {}).get("properties") or {}):
+            return function.get("name")
+    return None
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def default_reply(body: dict[str, Any]) -> Reply:
+    """The unscripted policy (see the module docstring)."""
+    messages = body.get("messages") or []
+    tool_results = [m for m in messages if m.get("role") == "tool"]
+    tool = _query_tool(body.get("tools") or [])
+    if tool is not None and not tool_results and body.get("tool_choice") != "none":
+        question = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        return tool_calls((tool, {"query": question}))
+    if tool_results:
+        lines = [line.strip() for line in _text(tool_results[-1].get("content")).splitlines() if line.strip()]
+        return answer(lines[0] if lines else "I don't know.")
+    return answer("I don't know.")
+
+
+@contextlib.contextmanager
+def chat_server() -> Iterator[ChatServer]:
+    """Serve a `ChatServer` on a free loopback port; its `base_url` ends in `/v1`."""
+    state = ChatServer()
+    uv = uvicorn.Server(uvicorn.Config(state.app(), log_level="warning", timeout_graceful_shutdown=1))
+    with serving(uv, bind_socket("127.0.0.1", 0)) as base:
+        state.base_url = f"{base}/v1"
+        yield state
