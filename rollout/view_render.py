@@ -1,0 +1,381 @@
+"""Rendering for `python -m rollout.view`: the task table, a task's replay, and one-line live events.
+
+Everything here builds `rich.text.Text` with explicit styles rather than markup strings: the texts
+are model output, queries and tool results, and a "[b]" inside one must print as written, not
+switch on bold. Render functions take the console so tests can record what they print.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from rollout.metrics import exact_match
+from rollout.records import TaskResult
+
+STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red"}
+KIND_WIDTH = 7
+"""Width of the event-kind column ("result", "answer", ...)."""
+INDENT = " " * (10 + KIND_WIDTH + 1)
+"""Continuation lines of a replayed event start under its gist."""
+TOOL_PREFIX = "query_knowledge_base_"
+"""Dropped from tool names in live lines: `dense(...)` says what `query_knowledge_base_dense(...)` does."""
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    """How much of long texts a replay shows; `Clip.full()` shows everything (`--full`)."""
+
+    chars: int = 400
+    lines: int = 8
+    result_lines: int = 3
+    line_chars: int = 200
+    ids: int = 5
+
+    @classmethod
+    def full(cls) -> Clip:
+        big = 1 << 62
+        return cls(chars=big, lines=big, result_lines=big, line_chars=big, ids=big)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… (+{len(text) - limit} chars)"
+
+
+def _lines(text: str, max_lines: int, line_chars: int) -> list[str]:
+    lines = text.splitlines() or [""]
+    shown = [clip(line, line_chars) for line in lines[:max_lines]]
+    if len(lines) > max_lines:
+        shown.append(f"… (+{len(lines) - max_lines} lines)")
+    return shown
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _num(n: float | None) -> str:
+    return "-" if n is None else f"{int(n):,}"
+
+
+# --- the table of tasks -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TaskRow:
+    """What the table and `--follow` keep of one trajectory line (the rest is dropped as read)."""
+
+    id: str
+    status: str
+    em: float
+    turns: int
+    tool_calls: int
+    tokens: float | None
+    latency_s: float
+    answer: str
+    """The prediction, or the error of a failed task, already cut for the table."""
+    finished_t: float | None
+    """Unix time of the task's last event (None for records without events)."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], answer_chars: int = 60) -> TaskRow:
+        """Read tolerantly: records of older runs lack status, usage and events."""
+        error = data.get("error")
+        status = data.get("status") or ("error" if error else "ok")
+        usage = data.get("usage") or {}
+        tokens = usage.get("total_tokens")
+        if tokens is None and ("prompt_tokens" in usage or "completion_tokens" in usage):
+            tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        prediction = str(data.get("prediction") or "")
+        events = data.get("events") or []
+        return cls(
+            id=str(data["id"]),
+            status=str(status),
+            em=exact_match(prediction, data.get("golden_answers") or []),
+            turns=int(data.get("turns") or 0),
+            tool_calls=len(data.get("tool_calls") or []),
+            tokens=tokens,
+            latency_s=float(data.get("latency_s") or 0.0),
+            answer=clip(" ".join((prediction or str(error or "")).split()), answer_chars),
+            finished_t=events[-1].get("t") if events else None,
+        )
+
+
+@dataclass(slots=True)
+class Totals:
+    """Running totals over every task read, for the footer line."""
+
+    n: int = 0
+    status: Counter[str] = field(default_factory=Counter)
+    em: float = 0.0
+    tool_calls: int = 0
+    tokens: float = 0.0
+    latency_s: float = 0.0
+
+    def add(self, row: TaskRow) -> None:
+        self.n += 1
+        self.status[row.status] += 1
+        self.em += row.em
+        self.tool_calls += row.tool_calls
+        self.tokens += row.tokens or 0
+        self.latency_s += row.latency_s
+
+    def line(self) -> Text:
+        if not self.n:
+            return Text("0 tasks", style="dim")
+        out = Text(f"{self.n:,} tasks · ")
+        for i, status in enumerate(("ok", "error", "timeout")):
+            out.append(f"{status} {self.status[status]:,}", style=STATUS_STYLE[status] if self.status[status] else "dim")
+            out.append(" · ")
+        out.append(f"EM {self.em / self.n:.3f}", style="bold")
+        out.append(f" · {self.tool_calls:,} tool calls ({self.tool_calls / self.n:.1f}/task)")
+        out.append(f" · {_num(self.tokens)} tokens · mean latency {self.latency_s / self.n:.2f} s")
+        return out
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, "yellow"))
+
+
+def render_table(console: Console, rows: list[TaskRow], totals: Totals, matched: int, filters: str) -> None:
+    """The tasks table, the totals over the whole file, and what the filters left out."""
+    table = Table(title_justify="left", expand=False)
+    for name, justify in (("id", "left"), ("status", "left"), ("EM", "right"), ("turns", "right"),
+                          ("tools", "right"), ("tokens", "right"), ("latency s", "right"),
+                          ("prediction / error", "left")):
+        table.add_column(name, justify=justify, overflow="fold" if name == "id" else "ellipsis",
+                         no_wrap=name != "id")
+    for r in rows:
+        answer = Text(r.answer, style="red" if r.status != "ok" else ("green" if r.em else ""))
+        table.add_row(r.id, _status(r.status), f"{r.em:.0f}", str(r.turns), str(r.tool_calls),
+                      _num(r.tokens), f"{r.latency_s:.2f}", answer)
+    if not rows:
+        table.add_row(Text("(no tasks match)", style="dim"), *[""] * 7)
+    console.print(table)
+    console.print(totals.line())
+    if len(rows) < totals.n:
+        console.print(Text(f"showing {len(rows):,} of {matched:,} matching tasks{filters}", style="dim"))
+
+
+def format_task_line(row: TaskRow) -> Text:
+    """One finished task as `--follow` prints it."""
+    t = row.finished_t if row.finished_t is not None else time.time()
+    out = Text(time.strftime("%H:%M:%S", time.localtime(t)), style="dim")
+    out.append(f" {row.id:<14} ")
+    out.append(f"{row.status:<7}", style=STATUS_STYLE.get(row.status, "yellow"))
+    out.append(f" EM {row.em:.0f}", style="green" if row.em else "yellow")
+    out.append(f" · {row.turns} turns · {row.tool_calls} calls · {_num(row.tokens)} tok · {row.latency_s:.2f} s  ")
+    out.append(row.answer, style="red" if row.status != "ok" else "")
+    return out
+
+
+# --- replay of one task -------------------------------------------------------------------------
+
+
+def _header(console: Console, task: TaskResult) -> None:
+    console.rule(Text(f"task {task.id}", style="bold"))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    em = exact_match(task.prediction, task.golden_answers)
+    grid.add_row("question", Text(task.question))
+    grid.add_row("gold", Text(" | ".join(task.golden_answers) or "-"))
+    grid.add_row("prediction", Text(task.prediction or "-", style="green" if em else "yellow")
+                 + Text(f"  EM {em:.0f}", style="bold"))
+    run = Text()
+    run.append(task.status, style=STATUS_STYLE.get(task.status, "yellow"))
+    run.append(f" · worker {task.worker_id} · attempts {task.attempts} · {task.turns} turns"
+               f" · {len(task.tool_calls)} tool calls · {task.latency_s:.2f} s")
+    grid.add_row("status", run)
+    if task.usage:
+        parts = [f"{k.removesuffix('_tokens')} {_num(v)}" for k, v in task.usage.items() if k != "cost_usd"]
+        if "cost_usd" in task.usage:
+            parts.append(f"cost ${task.usage['cost_usd']:.4f}")
+        grid.add_row("usage", " · ".join(parts))
+    if task.error:
+        grid.add_row("error", Text(task.error, style="red"))
+    console.print(grid)
+
+
+def _kind(kind: str, style: str, gist: Text | str) -> Text:
+    """The event-kind column and the gist after it (shared by replay and live lines)."""
+    return Text(f"{kind:<{KIND_WIDTH}} ", style=style) + (gist if isinstance(gist, Text) else Text(gist))
+
+
+def _event_line(offset: str, kind: str, style: str, gist: Text | str) -> Text:
+    return Text(f"{offset:>9} ", style="dim") + _kind(kind, style, gist)
+
+
+def _body(console: Console, text: str, style: str, chars: int, max_lines: int, line_chars: int | None = None) -> None:
+    """Text under an event, indented under its gist; wrapped, or cut per line (tool results)."""
+    shown = _lines(clip(text, chars), max_lines, line_chars or len(text) + 1)
+    console.print(Padding(Text("\n".join(shown), style=style), (0, 0, 0, len(INDENT)), expand=False))
+
+
+def _ids(ids: list[str], clip_: Clip) -> str:
+    if not ids:
+        return ""
+    more = f", … (+{len(ids) - clip_.ids})" if len(ids) > clip_.ids else ""
+    return f" · {len(ids)} ids: {', '.join(map(str, ids[:clip_.ids]))}{more}"
+
+
+def _render_event(console: Console, e: dict[str, Any], offset: str, clip_: Clip) -> None:
+    kind = e.get("type")
+    if kind == "llm_output":
+        meta = [f"turn {e.get('turn', '?')}"]
+        if e.get("latency_ms"):
+            meta.append(f"{e['latency_ms']:.0f} ms")
+        if e.get("usage"):
+            meta.append(f"{_num(e['usage'].get('total_tokens'))} tok")
+        console.print(_event_line(offset, "llm", "bold blue", " · ".join(meta)))
+        if e.get("content"):
+            _body(console, e["content"], "", clip_.chars, clip_.lines)
+        for call in e.get("tool_calls") or []:
+            console.print(Text(INDENT) + Text("→ ", style="blue") + Text(str(call.get("name")), style="cyan")
+                          + Text(" " + clip(compact_json(call.get("arguments", {})), clip_.line_chars)))
+    elif kind == "llm_thinking":
+        console.print(_event_line(offset, "think", "dim", Text(f"turn {e.get('turn', '?')}", style="dim")))
+        _body(console, e.get("content", ""), "dim italic", clip_.chars, clip_.lines)
+    elif kind == "tool_call":
+        gist = Text(str(e.get("name")), style="cyan") + Text(
+            " " + clip(compact_json(e.get("arguments", {})), clip_.line_chars)) + Text(f" · {e.get('call_id')}", style="dim")
+        console.print(_event_line(offset, "call", "cyan", gist))
+    elif kind == "tool_result":
+        ok = bool(e.get("ok"))
+        gist = Text(f"{e.get('outcome', 'ok' if ok else 'error')}", style="green" if ok else "bold red")
+        gist.append(f" · {float(e.get('latency_ms') or 0):.0f} ms · {e.get('name')}{_ids(e.get('result_ids') or [], clip_)}")
+        console.print(_event_line(offset, "result", "green" if ok else "red", gist))
+        _body(console, e.get("text", ""), "" if ok else "red", clip_.chars, clip_.result_lines, clip_.line_chars)
+    elif kind == "completion":
+        gist = Text(e.get("prediction", ""), style="bold green") + Text(f" · {e.get('turns', '?')} turns", style="dim")
+        console.print(_event_line(offset, "answer", "bold green", gist))
+    elif kind == "error":
+        gist = Text(f"{e.get('kind', 'error')}: {e.get('message', '')}", style="bold red")
+        console.print(_event_line(offset, "error", "bold red", gist))
+    else:
+        console.print(_event_line(offset, str(kind), "yellow", clip(compact_json(e), clip_.line_chars)))
+
+
+def _render_messages(console: Console, task: TaskResult, clip_: Clip) -> None:
+    """Older records have no events: show the conversation, then the recorded tool calls."""
+    console.print(Text("no events in this record (an older run): its messages and tool calls", style="dim"))
+    for m in task.messages:
+        role = str(m.get("role", "?"))
+        style = {"system": "dim", "user": "bold", "assistant": "blue", "tool": ""}.get(role, "")
+        ref = f" [{m['tool_call_id']}]" if m.get("tool_call_id") else ""
+        console.print(Text(f"{role}{ref}", style=style or "dim"))
+        if m.get("content") and role == "tool":
+            _body(console, str(m["content"]), "", clip_.chars, clip_.result_lines, clip_.line_chars)
+        elif m.get("content"):
+            _body(console, str(m["content"]), "dim" if role == "system" else "", clip_.chars, clip_.lines)
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", call)
+            args = fn.get("arguments", {})
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    pass
+            text = args if isinstance(args, str) else compact_json(args)
+            console.print(Text(INDENT) + Text("→ ", style="blue") + Text(str(fn.get("name")), style="cyan")
+                          + Text(" " + clip(text, clip_.line_chars)))
+    if task.tool_calls:
+        console.print(Text("tool calls", style="bold"))
+        t0 = min((c.get("started") or 0.0) for c in task.tool_calls)
+        for c in task.tool_calls:
+            offset = f"+{(c.get('started') or t0) - t0:.3f}s"
+            ok = bool(c.get("ok"))
+            gist = Text(str(c.get("name")), style="cyan") + Text(" " + clip(compact_json(c.get("arguments", {})), clip_.line_chars))
+            gist.append(f" → {c.get('outcome', 'ok' if ok else 'error')}", style="green" if ok else "bold red")
+            gist.append(f" · {float(c.get('latency_ms') or 0):.0f} ms{_ids(c.get('result_ids') or [], clip_)}")
+            console.print(_event_line(offset, "call", "cyan", gist))
+            if c.get("error"):
+                _body(console, str(c["error"]), "red", clip_.chars, clip_.result_lines, clip_.line_chars)
+    if task.error:
+        console.print(_event_line("", "error", "bold red", Text(f"{task.status}: {task.error}", style="bold red")))
+    else:
+        console.print(_event_line("", "answer", "bold green", Text(task.prediction, style="bold green")))
+
+
+def render_task(console: Console, task: TaskResult, *, full: bool = False) -> None:
+    """Replay one task: its header, then each event with its offset from the first one."""
+    clip_ = Clip.full() if full else Clip()
+    _header(console, task)
+    if not task.events:
+        _render_messages(console, task, clip_)
+        return
+    t0 = task.events[0].get("t") or 0.0
+    for e in task.events:
+        _render_event(console, e, f"+{(e.get('t') or t0) - t0:.3f}s", clip_)
+
+
+# --- live events (watch=true) -------------------------------------------------------------------
+
+
+def _arg(value: Any, limit: int = 60) -> str:
+    return repr(clip(value, limit)) if isinstance(value, str) else clip(compact_json(value), limit)
+
+
+def call_gist(name: str, arguments: dict[str, Any]) -> str:
+    """`dense('who founded X', top_k=5)`: the tool's short name, the query first, then the rest."""
+    args = dict(arguments or {})
+    parts = [_arg(args.pop("query"))] if "query" in args else []
+    parts += [f"{k}={_arg(v, 30)}" for k, v in args.items()]
+    return f"{name.removeprefix(TOOL_PREFIX)}({', '.join(parts)})"
+
+
+def short_id(task_id: str, width: int = 12) -> str:
+    """The tail of the id, where run-wide prefixes (`nq_dev_...`) stop and the numbers start."""
+    return task_id if len(task_id) <= width else "…" + task_id[-(width - 1):]
+
+
+def format_live_event(task_id: str, event: dict[str, Any]) -> Text:
+    """One line for one event as the driver drains it: time, task, kind, gist.
+
+    Called for every event of a watched run, so it only formats: no parsing into event classes,
+    no lookups, and an unknown or incomplete event still gives a line instead of an exception.
+    """
+    t = event.get("t") or time.time()
+    line = Text(time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d} ", style="dim")
+    line.append(f"{short_id(task_id):<12} ", style="bold")
+    kind = event.get("type", "?")
+    if kind == "llm_output":
+        calls = event.get("tool_calls") or []
+        if calls:
+            gist = Text("calls " + ", ".join(call_gist(str(c.get("name")), c.get("arguments") or {}) for c in calls))
+        else:
+            gist = Text(clip(" ".join(str(event.get("content") or "").split()), 100))
+        if event.get("latency_ms"):
+            gist.append(f" · {event['latency_ms']:.0f} ms", style="dim")
+        return line + _kind("llm", "blue", gist)
+    if kind == "llm_thinking":
+        return line + _kind("think", "dim", Text(clip(" ".join(str(event.get("content", "")).split()), 100), style="dim italic"))
+    if kind == "tool_call":
+        return line + _kind("call", "cyan", call_gist(str(event.get("name")), event.get("arguments") or {}))
+    if kind == "tool_result":
+        ok = bool(event.get("ok"))
+        gist = Text("→ ")
+        gist.append(str(event.get("outcome") or ("ok" if ok else "error")), style="green" if ok else "bold red")
+        if ok:
+            gist.append(f" {len(event.get('result_ids') or [])} hits")
+        gist.append(f" {float(event.get('latency_ms') or 0):.0f} ms")
+        if not ok:
+            gist.append(" " + clip(" ".join(str(event.get("text", "")).split()), 80), style="red")
+        return line + _kind("result", "green" if ok else "red", gist)
+    if kind == "completion":
+        return line + _kind("answer", "bold green", Text("answer: " + clip(str(event.get("prediction", "")), 100), style="bold green"))
+    if kind == "error":
+        msg = f"{event.get('kind', 'error')}: {clip(str(event.get('message', '')), 120)}"
+        return line + _kind("error", "bold red", Text(msg, style="bold red"))
+    return line + Text(str(kind), style="yellow")
