@@ -1,4 +1,4 @@
-"""Reports rebuilt from a run folder's files: tool-call statistics and retrieval quality."""
+"""Reports rebuilt from run folders: tool-call statistics, retrieval quality, and runs compared side by side."""
 
 from rollout.report.calls import load_calls, read_jsonl, run_mode
 from rollout.report.errors import NotARunFolderError, ReportError

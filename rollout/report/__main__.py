@@ -1,4 +1,4 @@
-"""`python -m rollout.report tool-stats PATH...` — see `rollout.report.cli`."""
+"""`python -m rollout.report tool-stats PATH...` and `compare DIR...` — see `rollout.report.cli`."""
 
 from rollout.report.cli import main
 

@@ -1,7 +1,7 @@
-"""`python -m rollout.report tool-stats PATH...`: rebuild and print the tool-call report of run folders.
+"""`python -m rollout.report tool-stats PATH...` and `... compare DIR...`: reports rebuilt from run folders.
 
-Subcommands are argparse subparsers, each with its own `run` function, so another report
-(e.g. `compare DIR...`) is one more `add_parser` call.
+Subcommands are argparse subparsers, each with its own `run` function, so another report is
+one more `add_parser` call.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rollout.report.calls import STATS_DIR
+from rollout.report.compare import compare_runs, comparison_tables, common_parent, find_runs, pair_sentence, write_comparison
 from rollout.report.errors import NotARunFolderError, ReportError
 from rollout.report.tool_stats import write_tool_report
 
@@ -114,6 +116,21 @@ def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def run_compare(args: argparse.Namespace, console: Console) -> int:
+    runs = find_runs(args.paths)
+    comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed)
+    for title, headers, rows in comparison_tables(comparison):
+        table = _table(title, headers)
+        for row in rows:
+            table.add_row(*map(Text, row))  # Text: a mode named like "[x]" is not markup
+        console.print(table)
+    for p in comparison.pairs:
+        console.print(pair_sentence(p), markup=False, highlight=False)
+    for path in write_comparison(comparison, args.out or common_parent(runs)):
+        console.print(f"Wrote: {path}", markup=False, highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rollout.report", description="Reports rebuilt from run folders.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -123,6 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tool_stats.add_argument("paths", nargs="+", metavar="PATH", help="run folder(s) holding tool_stats/")
     tool_stats.set_defaults(run=run_tool_stats)
+    compare = commands.add_parser(
+        "compare",
+        help="metrics per mode and paired EM differences against a baseline; writes comparison.md and comparison.png",
+    )
+    compare.add_argument(
+        "paths", nargs="+", metavar="DIR",
+        help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment> (its run subfolders)",
+    )
+    compare.add_argument("--baseline", metavar="MODE", help="mode the others are paired against (default: the first run)")
+    compare.add_argument("--out", metavar="DIR", type=Path, help="where to write the files (default: the runs' common parent)")
+    compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    compare.set_defaults(run=run_compare)
     return parser
 
 

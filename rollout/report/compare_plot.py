@@ -1,0 +1,110 @@
+"""comparison.png: answer quality per mode, the paired EM difference with its CI, and tool use.
+
+Panels, left to right: EM / F1 / contains-answer per mode as grouped bars; each mode's EM
+difference from the baseline with its bootstrap 95% CI (only when there is something to pair);
+tool calls per task stacked by tool. Drawn with matplotlib's Agg backend, so it works without a
+display (on a cluster node, inside a Hydra sweep).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no display on the machines sweeps run on
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+
+from rollout.report.compare import CI_LEVEL, Comparison  # noqa: E402
+
+METRICS = (("exact_match", "EM"), ("f1", "F1"), ("contains_answer", "contains"))
+METRIC_COLORS = ("#4C72B0", "#55A868", "#C44E52")
+BETTER, WORSE, UNCLEAR = "#2E7D32", "#C62828", "#616161"
+"""CI above zero, below zero, or across it."""
+
+
+def _mode_ticks(c: Comparison) -> list[str]:
+    return [f"{r.label}\n(baseline)" if r.label == c.baseline and c.pairs else r.label for r in c.rows]
+
+
+def _set_mode_ticks(ax: Axes, c: Comparison) -> None:
+    crowded = len(c.rows) > 3
+    ax.set_xticks(range(len(c.rows)), _mode_ticks(c), rotation=20 if crowded else 0, ha="right" if crowded else "center")
+
+
+def _metrics_panel(ax: Axes, c: Comparison) -> None:
+    labels = [r.label for r in c.rows]
+    width = 0.8 / len(METRICS)
+    for j, ((key, name), color) in enumerate(zip(METRICS, METRIC_COLORS, strict=True)):
+        xs = [i + (j - (len(METRICS) - 1) / 2) * width for i in range(len(labels))]
+        values = [getattr(r, key) or 0.0 for r in c.rows]
+        bars = ax.bar(xs, values, width, label=name, color=color)
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
+    _set_mode_ticks(ax, c)
+    ax.set_ylim(0, 1.12)
+    ax.set_ylabel("score (mean over tasks)")
+    ax.set_title("answer quality per mode")
+    ax.legend(loc="upper left", ncols=3, fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _diff_panel(ax: Axes, c: Comparison) -> None:
+    pairs = [p for p in c.pairs if p.em_diff is not None]
+    ys = list(range(len(pairs)))[::-1]  # first pair on top, as in the tables
+    for y, p in zip(ys, pairs, strict=True):
+        color = BETTER if p.ci_low > 0 else WORSE if p.ci_high < 0 else UNCLEAR
+        ax.errorbar(p.em_diff, y, xerr=[[p.em_diff - p.ci_low], [p.ci_high - p.em_diff]],
+                    fmt="o", color=color, capsize=4, markersize=6)
+        ax.annotate(
+            f"{p.em_diff:+.3f} [{p.ci_low:+.3f}, {p.ci_high:+.3f}]\n"
+            f"n={p.shared} · {p.wrong_to_right} W→R · {p.right_to_wrong} R→W",
+            (p.em_diff, y), xytext=(0, 9), textcoords="offset points", ha="center", fontsize=7, color=color,
+        )
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(ys, [p.label for p in pairs])
+    ax.set_ylim(-0.7, len(pairs) - 0.3)
+    bound = max([abs(v) for p in pairs for v in (p.ci_low, p.ci_high)] + [0.05]) * 1.3
+    ax.set_xlim(-bound, bound)
+    ax.set_xlabel(f"EM − EM of {c.baseline} (paired, {100 * CI_LEVEL:.0f}% bootstrap CI)")
+    ax.set_title(f"EM difference vs {c.baseline}")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _tools_panel(ax: Axes, c: Comparison) -> None:
+    labels = [r.label for r in c.rows]
+    bottoms = [0.0] * len(labels)
+    colors = plt.get_cmap("tab10")
+    for k, tool in enumerate(c.tools):
+        values = [r.calls_per_task.get(tool, 0.0) for r in c.rows]
+        ax.bar(range(len(labels)), values, 0.6, bottom=bottoms, label=tool, color=colors(k % 10))
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    for i, total in enumerate(bottoms):
+        ax.annotate(f"{total:.2f}", (i, total), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
+    _set_mode_ticks(ax, c)
+    ax.set_ylim(0, max(bottoms + [0.5]) * 1.25)
+    ax.set_ylabel("tool calls per task")
+    ax.set_title("tool use per mode")
+    if c.tools:
+        ax.legend(loc="upper left", fontsize=7, frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no tool calls", transform=ax.transAxes, ha="center", va="center", color=UNCLEAR)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_comparison(c: Comparison, path: Path | str) -> Path:
+    """Draw the comparison into `path` (PNG); returns the path."""
+    path = Path(path)
+    with_diff = any(p.em_diff is not None for p in c.pairs)
+    panels = [_metrics_panel, *([_diff_panel] if with_diff else []), _tools_panel]
+    width = max(4.5, 0.9 * len(c.rows) + 2.5)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.8), layout="constrained")
+    try:
+        for draw, ax in zip(panels, axes, strict=True):
+            draw(ax, c)
+        fig.suptitle(f"{len(c.rows)} runs · baseline {c.baseline}")
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,74 @@
+"""Compare a sweep's runs when it ends: `python -m rollout -m mode=dense,sparse,hybrid` leaves
+comparison.md and comparison.png in the sweep folder.
+
+Registered in conf/config.yaml under `hydra.callbacks`. Hydra calls `on_job_end` after each
+job and `on_multirun_end` once after all of them. The run folders are the jobs' `output_dir`s,
+in sweep order (so the first mode swept is the baseline); with a launcher that runs jobs in
+other processes those calls do not reach this object, and the sweep folder's subfolders holding
+a trajectory are compared instead. A comparison is a bonus on top of the runs: whatever goes
+wrong is logged as a warning and never fails the sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from rollout.report.compare import compare_runs, find_runs, pair_sentence, write_comparison
+from rollout.scoring import TRAJECTORY_FILE
+
+logger = logging.getLogger(__name__)
+
+
+class CompareOnMultirunEnd(Callback):
+    """Write the comparison of a sweep's runs into its `hydra.sweep.dir` when two or more finished."""
+
+    def __init__(self, baseline: str | None = None) -> None:
+        self.baseline = baseline
+        """Mode the others are paired against; None = the first run of the sweep."""
+        self._job_dirs: list[Path] = []
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        try:
+            cfg = getattr(job_return, "cfg", None) or config
+            out = OmegaConf.select(cfg, "output_dir")
+            if out is not None:
+                # Resolved now: with hydra.job.chdir=true a relative path means the job's folder.
+                path = Path(str(out)).resolve()
+                if path not in self._job_dirs:
+                    self._job_dirs.append(path)
+        except Exception as e:  # noqa: BLE001 - a missing folder only means a smaller comparison
+            logger.debug("could not read this job's output_dir: %s", e)
+
+    def _runs(self, sweep_dir: Path) -> list[Path]:
+        if self._job_dirs:
+            return [d for d in self._job_dirs if (d / TRAJECTORY_FILE).is_file()]
+        if not sweep_dir.is_dir():
+            return []
+        return [p for p in sorted(sweep_dir.iterdir()) if p.is_dir() and (p / TRAJECTORY_FILE).is_file()]
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._compare(config)
+        except Exception as e:  # noqa: BLE001 - never fail a sweep whose runs all finished
+            logger.warning("comparison of the sweep's runs skipped: %s: %s", type(e).__name__, e)
+
+    def _compare(self, config: DictConfig) -> None:
+        where = OmegaConf.select(config, "hydra.sweep.dir", default=None)
+        if where is None:
+            logger.warning("comparison of the sweep's runs skipped: the config has no hydra.sweep.dir to write it to")
+            return
+        sweep_dir = Path(str(where)).resolve()
+        runs = self._runs(sweep_dir)
+        if len(runs) < 2:
+            logger.info("%d run(s) with %s in this sweep: nothing to compare", len(runs), TRAJECTORY_FILE)
+            return
+        comparison = compare_runs(find_runs(runs), baseline=self.baseline)
+        for p in comparison.pairs:
+            logger.info("%s", pair_sentence(p))
+        written = write_comparison(comparison, sweep_dir)
+        logger.info("Comparison of %d runs: %s", len(runs), ", ".join(map(str, written)))

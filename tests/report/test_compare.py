@@ -1,0 +1,216 @@
+"""`rollout.report.compare` and `python -m rollout.report compare`: numbers checkable by hand.
+
+Two hand-written runs over tasks t0..t9 (shared) plus one task each that the other lacks:
+- dense  (baseline): right on t0..t3; t11 only here, an error. EM 4/11.
+- sparse:            right on t0, t1, t4..t8; t9 timed out; t10 only here, right. EM 8/11.
+On the 10 shared tasks: 5 wrong→right (t4..t8), 2 right→wrong (t2, t3), EM 0.4 → 0.7, +0.3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rollout.report.compare import (
+    COMPARISON_MD,
+    COMPARISON_PNG,
+    bootstrap_ci,
+    compare_runs,
+    find_runs,
+    write_comparison,
+)
+from rollout.report.errors import NotARunFolderError, ReportError
+from tests.report.runs import DENSE, SPARSE, write_jsonl
+from tests.report.test_cli import cli
+
+
+def result(i: int, right: bool, calls: list[dict], *, status: str = "ok", gold_docs=(), tokens=None) -> dict:
+    """One trajectory line for task t{i} whose gold answer is "answer {i}"."""
+    return {
+        "id": f"t{i}", "question": f"question {i}", "golden_answers": [f"Answer {i}"],
+        "prediction": f"the answer {i}." if right else ("" if status != "ok" else "something else"),
+        "tool_calls": calls, "turns": len(calls) + 1,
+        "error": None if status == "ok" else f"{status} happened", "status": status,
+        "worker_id": "w0", "latency_s": 0.5, "metadata": {"gold_doc_ids": list(gold_docs)},
+        "usage": {} if tokens is None else {"total_tokens": tokens},
+        "messages": [{"role": "user", "content": "long"}], "events": [{"type": "completion"}],
+    }
+
+
+def call(tool: str, latency: float, ids=()) -> dict:
+    return {"name": tool, "arguments": {"query": "q"}, "latency_ms": latency, "ok": True, "outcome": "ok",
+            "error": None, "result_ids": list(ids)}
+
+
+def dense_tasks() -> list[dict]:
+    tasks = []
+    for i in [*range(10), 11]:
+        # Gold doc d{i} on every task; the dense call retrieves it on t0..t4 only: recall 5/11.
+        calls = [call(DENSE, 10.0 * (len(tasks) + 1), ids=[f"d{i}"] if i < 5 else ["zz"])]
+        tasks.append(result(i, i < 4, calls, status="error" if i == 11 else "ok", gold_docs=[f"d{i}"], tokens=100))
+    return tasks
+
+
+def sparse_tasks() -> list[dict]:
+    right = {0, 1, 4, 5, 6, 7, 8, 10}
+    return [
+        result(i, i in right, [call(SPARSE, 1.0), call(SPARSE, 3.0)], status="timeout" if i == 9 else "ok")
+        for i in [*range(10), 10]
+    ]
+
+
+def make(root, folder: str, mode: str | None, tasks: list[dict]):
+    run = root / folder
+    write_jsonl(run / "trajectory.jsonl", tasks)
+    if mode is not None:
+        (run / "config.yaml").write_text(f"mode_name: {mode}\nworkers: 2\n", encoding="utf-8")
+    return run
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "results" / "demo"
+    return make(root, "a_dense", "dense", dense_tasks()), make(root, "b_sparse", "sparse", sparse_tasks())
+
+
+def test_rows_are_the_scores_of_each_run(runs):
+    c = compare_runs(runs)
+    dense, sparse = c.rows
+    assert (dense.label, dense.tasks, sparse.label, sparse.tasks) == ("dense", 11, "sparse", 11)
+    assert dense.exact_match == round(4 / 11, 4) and sparse.exact_match == round(8 / 11, 4)
+    assert dense.contains_answer == round(4 / 11, 4)
+    assert dense.retrieval_recall == round(5 / 11, 4) and sparse.retrieval_recall is None
+    assert dense.calls_per_task == {DENSE: 1.0} and sparse.calls_per_task == {SPARSE: 2.0}
+    assert (dense.latency_p50_ms, dense.latency_p95_ms) == (60.0, 105.0)  # 10..110 ms
+    assert (sparse.latency_p50_ms, sparse.latency_p95_ms) == (2.0, 3.0)  # 1,3 ×11: linear p95 lands on 3
+    assert (dense.errors, dense.timeouts, sparse.errors, sparse.timeouts) == (1, 0, 0, 1)
+    assert dense.tokens_per_task == 100.0 and sparse.tokens_per_task is None
+    assert c.tools == [DENSE, SPARSE]
+
+
+def test_pairing_counts_flips_on_shared_tasks(runs):
+    c = compare_runs(runs)
+    assert c.baseline == "dense"
+    (p,) = c.pairs
+    assert (p.label, p.baseline, p.shared, p.only_in_run, p.only_in_baseline) == ("sparse", "dense", 10, 1, 1)
+    assert (p.wrong_to_right, p.right_to_wrong) == (5, 2)
+    assert p.em_baseline == pytest.approx(0.4) and p.em_run == pytest.approx(0.7)
+    assert p.em_diff == pytest.approx(0.3)
+    assert p.ci_low < 0.3 < p.ci_high
+    # 10 tasks, differences +1×5, -1×2, 0×3: bootstrap sd ≈ sqrt(0.61/10) ≈ 0.25.
+    assert -0.3 < p.ci_low < 0.1 and 0.5 < p.ci_high < 0.9
+
+
+def test_the_baseline_can_be_chosen(runs):
+    c = compare_runs(runs, baseline="sparse")
+    (p,) = c.pairs
+    assert (c.baseline, p.label) == ("sparse", "dense")
+    assert (p.wrong_to_right, p.right_to_wrong) == (2, 5)
+    assert p.em_diff == pytest.approx(-0.3)
+    with pytest.raises(ReportError, match="nope.*dense, sparse"):
+        compare_runs(runs, baseline="nope")
+
+
+def test_the_ci_is_deterministic_and_follows_the_seed(runs):
+    a, b = compare_runs(runs).pairs[0], compare_runs(runs).pairs[0]
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
+    # With 10 tasks every resample mean is a multiple of 0.1; continuous differences show the seed.
+    diffs = np.linspace(-1.0, 1.0, 37) ** 3
+    assert bootstrap_ci(diffs, seed=0) == bootstrap_ci(diffs, seed=0)
+    assert bootstrap_ci(diffs, seed=0) != bootstrap_ci(diffs, seed=1)
+
+
+def test_bootstrap_ci_matches_the_normal_approximation():
+    assert bootstrap_ci(np.full(7, 0.5)) == (0.5, 0.5)  # every resample has the same mean
+    diffs = np.array([1.0] * 100 + [0.0] * 300)  # mean 0.25, sd of the mean sqrt(0.1875/400) ≈ 0.0217
+    low, high = bootstrap_ci(diffs)
+    assert low == pytest.approx(0.25 - 1.96 * 0.02165, abs=0.01)
+    assert high == pytest.approx(0.25 + 1.96 * 0.02165, abs=0.01)
+    with pytest.raises(ValueError):
+        bootstrap_ci(np.array([]))
+
+
+def test_a_parent_folder_stands_for_its_runs(runs, tmp_path):
+    root = runs[0].parent
+    (root / "not_a_run").mkdir()  # subfolders without a trajectory are not runs
+    (root / "comparison.md").write_text("old")
+    assert find_runs([root]) == list(runs)
+    assert find_runs([root, runs[1]]) == list(runs)  # named twice, compared once
+    with pytest.raises(NotARunFolderError, match="no trajectory.jsonl here or in its subfolders"):
+        find_runs([root / "not_a_run"])
+    with pytest.raises(NotARunFolderError, match="no such folder"):
+        find_runs([tmp_path / "nowhere"])
+
+
+def test_two_runs_of_one_mode_are_told_apart_by_folder(tmp_path):
+    a = make(tmp_path, "first", "dense", dense_tasks())
+    b = make(tmp_path, "second", "dense", dense_tasks())
+    c = compare_runs([a, b])
+    assert [r.label for r in c.rows] == ["dense (first)", "dense (second)"]
+    (p,) = c.pairs
+    assert (p.shared, p.em_diff, p.wrong_to_right, p.right_to_wrong, p.ci_low, p.ci_high) == (11, 0, 0, 0, 0, 0)
+
+
+def test_a_run_without_config_is_named_by_its_folder(tmp_path):
+    run = make(tmp_path, "hybrid", None, dense_tasks())
+    c = compare_runs([run])
+    assert [r.label for r in c.rows] == ["hybrid"] and c.pairs == []
+
+
+def test_a_half_written_line_is_skipped_with_a_warning(runs, caplog):
+    with (runs[1] / "trajectory.jsonl").open("a") as f:
+        f.write('{"id": "t12", "question": "cut sh')
+    c = compare_runs(runs)
+    assert c.rows[1].tasks == 11
+    assert "trajectory.jsonl:12" in caplog.text
+
+
+def test_files_are_written(runs, tmp_path):
+    written = write_comparison(compare_runs(runs), tmp_path / "out")
+    assert sorted(p.name for p in written) == [COMPARISON_MD, COMPARISON_PNG]
+    md = (tmp_path / "out" / COMPARISON_MD).read_text()
+    assert "sparse vs dense: EM +0.300 [95% CI " in md
+    assert "on 10 shared tasks; 5 wrong→right, 2 right→wrong; 2 task ids not shared" in md
+    assert "| dense | 11 | 0.364 | " in md and f"![comparison]({COMPARISON_PNG})" in md
+    png = (tmp_path / "out" / COMPARISON_PNG).read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_cli_compares_a_parent_folder_and_writes_beside_the_runs(runs):
+    root = runs[0].parent
+    r = cli("compare", root)
+    assert r.returncode == 0, r.stderr
+    assert "sparse vs dense: EM +0.300" in r.stdout
+    for title in ("per mode", "tool calls per task", "against dense"):
+        assert title in r.stdout
+    assert (root / COMPARISON_MD).is_file() and (root / COMPARISON_PNG).stat().st_size > 0
+    assert f"Wrote: {root.resolve() / COMPARISON_MD}" in r.stdout
+
+
+def test_cli_baseline_and_out(runs, tmp_path):
+    r = cli("compare", *runs, "--baseline", "sparse", "--out", tmp_path / "cmp")
+    assert r.returncode == 0, r.stderr
+    assert "dense vs sparse: EM -0.300" in r.stdout
+    assert (tmp_path / "cmp" / COMPARISON_MD).is_file()
+
+
+@pytest.mark.parametrize(
+    ("make_path", "words"),
+    [
+        (lambda tmp: tmp / "nowhere", ["nowhere", "no such folder"]),
+        (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", ["empty", "trajectory.jsonl", "python -m rollout"]),
+    ],
+)
+def test_cli_bad_folder_is_one_line_and_exit_2(tmp_path, make_path, words):
+    path = make_path(tmp_path)
+    r = cli("compare", path)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words)
+
+
+def test_cli_unknown_baseline_is_one_line_and_exit_2(runs):
+    r = cli("compare", *runs, "--baseline", "hybrid")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: --baseline hybrid: no run has this mode; the runs are: dense, sparse"

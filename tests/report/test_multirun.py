@@ -1,0 +1,71 @@
+"""`CompareOnMultirunEnd`: a sweep's runs compared at its end, and never a crash."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from rollout.paths import CONF_DIR
+from rollout.report.compare import COMPARISON_MD, COMPARISON_PNG
+from rollout.report.multirun import CompareOnMultirunEnd
+from tests.report.test_compare import dense_tasks, make, sparse_tasks
+
+
+def sweep_config(sweep_dir):
+    return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+
+
+def test_the_sweep_folder_runs_are_compared(tmp_path):
+    make(tmp_path, "dense", "dense", dense_tasks())
+    make(tmp_path, "sparse", "sparse", sparse_tasks())
+    (tmp_path / "crashed").mkdir()  # a job that wrote nothing is left out
+    CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path))
+    md = (tmp_path / COMPARISON_MD).read_text()
+    assert "sparse vs dense: EM +0.300" in md and "crashed" not in md
+    assert (tmp_path / COMPARISON_PNG).stat().st_size > 0
+
+
+def test_jobs_seen_ending_are_compared_in_sweep_order(tmp_path):
+    sweep = tmp_path / "sweep"
+    sparse = make(sweep, "sparse", "sparse", sparse_tasks())
+    dense = make(sweep, "dense", "dense", dense_tasks())
+    make(sweep, "stale", "hybrid", dense_tasks())  # left by an earlier sweep: not one of these jobs
+    callback = CompareOnMultirunEnd()
+    for run in (sparse, dense):  # as Hydra calls it after each job
+        callback.on_job_end(OmegaConf.create({"output_dir": str(run)}), SimpleNamespace(cfg=None))
+    callback.on_multirun_end(sweep_config(sweep))
+    md = (sweep / COMPARISON_MD).read_text()
+    assert "dense vs sparse: EM -0.300" in md  # the first job swept is the baseline
+    assert "hybrid" not in md
+
+
+def test_no_runs_does_nothing(tmp_path):
+    CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path / "never_made"))
+    (tmp_path / "empty").mkdir()
+    CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path / "empty"))
+    make(tmp_path / "one", "dense", "dense", dense_tasks())
+    CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path / "one"))
+    assert not list(tmp_path.rglob(COMPARISON_MD))
+
+
+def test_a_failing_comparison_is_a_warning_not_a_crash(tmp_path, caplog):
+    make(tmp_path, "dense", "dense", dense_tasks())
+    make(tmp_path, "sparse", "sparse", sparse_tasks())
+    with caplog.at_level(logging.WARNING):
+        CompareOnMultirunEnd(baseline="hybrid").on_multirun_end(sweep_config(tmp_path))
+    assert "comparison of the sweep's runs skipped" in caplog.text and "hybrid" in caplog.text
+    assert not (tmp_path / COMPARISON_MD).exists()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        CompareOnMultirunEnd().on_multirun_end(OmegaConf.create({}))  # no hydra node at all
+    assert "no hydra.sweep.dir" in caplog.text
+
+
+def test_the_app_config_registers_the_callback():
+    with initialize_config_dir(str(CONF_DIR), version_base=None):
+        cfg = compose("config", return_hydra_config=True)
+    assert isinstance(instantiate(cfg.hydra.callbacks.compare), CompareOnMultirunEnd)
