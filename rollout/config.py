@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rollout.dataset import DatasetConfig
 from rollout.errors import ConfigError
-from rollout.paths import PROJECT_ROOT, default_cache_dir
+from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 
 
@@ -106,3 +106,11 @@ def resolve_project_path(path: str | Path) -> Path:
         return p
     candidate = PROJECT_ROOT / p
     return candidate if candidate.exists() else p
+
+
+def compose_run_config(*overrides: str) -> RunConfig:
+    """The config `python -m rollout OVERRIDES...` would run with (for scripts, benchmarks and tests)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return RunConfig.from_hydra(compose("config", overrides=list(overrides)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -13,21 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from envs import HttpMCPRagEnv
 from rollout.config import RunConfig
-from rollout.data.records import Question
 from rollout.dataset import prepare_data
+from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.gateway.auth import resolve_token
 from rollout.gateway.config import load_gateway_file
 from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import plan_gateway
-from rollout.gateway.stats import CALLS_FILE
+from rollout.progress import RunProgress
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
 from rollout.report.calls import STATS_DIR
-from rollout.scoring import TRAJECTORY_FILE, print_summary, summarize, write_summary
-from rollout.worker import RolloutWorkerActor
+from rollout.resume import Fingerprint, finished_tasks, start_fresh
+from rollout.scheduler import Scheduler
+from rollout.scoring import TRAJECTORY_FILE, iter_trajectory, print_summary, summarize, write_summary
+from rollout.view_render import format_live_event
 
 logger = logging.getLogger(__name__)
 
@@ -100,79 +106,105 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
         ray.shutdown()
 
 
-def run_tasks(cfg: RunConfig, url: str, questions: list[Question], trajectory: Path) -> list[TaskResult]:
-    """Feed questions to the actors, at most `concurrency_per_worker` in flight each; append results as they finish."""
-    env_kwargs = {
+def env_kwargs_for(cfg: RunConfig, url: str) -> dict[str, Any]:
+    """How each worker's environment reaches the gateway."""
+    return {
         "url": url,
         "gateway_config_path": str(cfg.gateway_config_path),
         "system_prompt": cfg.system_prompt,
         "call_timeout_s": cfg.gateway.call_timeout_s,
         "auth_token": resolve_token(cfg.gateway.auth_token),
     }
-    n_workers = max(1, min(cfg.workers, len(questions)))
-    actors = [RolloutWorkerActor.remote(f"worker-{i}", env_kwargs, cfg.agent) for i in range(n_workers)]
-    queue = iter(questions)
-    pending: dict[ray.ObjectRef, tuple[Any, Question]] = {}
 
-    def submit(actor: Any) -> None:
-        q = next(queue, None)
-        if q is not None:
-            pending[actor.run_task.remote(q.to_json())] = (actor, q)
 
-    for actor in actors:
-        for _ in range(cfg.concurrency_per_worker):
-            submit(actor)
-    results: list[TaskResult] = []
+def offered_tool_specs(env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool schemas a worker's environment will offer (for the run's fingerprint)."""
+
+    async def probe() -> list[dict[str, Any]]:
+        async with HttpMCPRagEnv(worker_id="driver", **env_kwargs) as env:
+            return list(env.tool_specs)
+
+    return asyncio.run(probe())
+
+
+def check_agent(cfg: RunConfig) -> None:
+    """Build the agent once here, so a bad agent config or a dead LLM endpoint fails before the run starts."""
     try:
-        with trajectory.open("a", encoding="utf-8") as out:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    actor, q = pending.pop(ref)
-                    try:
-                        result = TaskResult.from_json(ray.get(ref))
-                    except ray.exceptions.RayError as e:
-                        result = _failed(q, f"worker failed: {e}")
-                    out.write(json.dumps(result.to_json()) + "\n")
-                    out.flush()
-                    results.append(result)
-                    submit(actor)
-    finally:
-        ray.get([a.close.remote() for a in actors])
-        for a in actors:
-            ray.kill(a)
-    return results
-
-
-def _failed(q: Question, error: str) -> TaskResult:
-    return TaskResult(q.id, q.question, list(q.golden_answers), "", [], 0, error, "", 0.0, dict(q.metadata))
+        agent = instantiate(cfg.agent)
+    except InstantiationException as e:
+        if isinstance(e.__cause__, RolloutError):
+            raise e.__cause__ from None
+        raise ConfigError(f"could not build agent {cfg.agent.get('_target_')}: {e.__cause__ or e}") from e
+    check = getattr(agent, "check", None)
+    if check is not None:
+        asyncio.run(check())
 
 
 def run(cfg: RunConfig) -> RunOutcome:
-    """Run one experiment end to end; bad input raises `RolloutError` before anything starts."""
+    """Run one experiment end to end; bad input raises `RolloutError` before anything starts.
+
+    Finished tasks are appended to trajectory.jsonl one by one; a rerun into the same output_dir
+    resumes (see `rollout.resume`). Ctrl-C stops the run, keeps what finished and raises
+    `RunInterrupted`.
+    """
     t0 = time.perf_counter()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
+    check_agent(cfg)
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     out = cfg.output_dir
-    stats_dir = out / STATS_DIR
-    stats_dir.mkdir(parents=True, exist_ok=True)
-    # A run starts over in its folder: stale lines would be counted twice.
-    for stale in (out / TRAJECTORY_FILE, stats_dir / CALLS_FILE):
-        stale.unlink(missing_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
+    (out / STATS_DIR).mkdir(parents=True, exist_ok=True)
+    if not cfg.resume:
+        start_fresh(out)
     logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, len(data.questions), cfg.gateway_config_path)
 
+    interrupted = False
     # The gateway loads its encoder and indexes while Ray starts.
     with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
         url = gateway.wait_ready()
         logger.info("Gateway ready at %s", url)
-        results = run_tasks(cfg, url, data.questions, out / TRAJECTORY_FILE)
+        env_kwargs = env_kwargs_for(cfg, url)
+        finished = finished_tasks(out, Fingerprint.of(cfg.gateway_config_path, offered_tool_specs(env_kwargs)))
+        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
+        todo = [q for q in data.questions if q.id not in finished]
+        already = len(data.questions) - len(todo)
+        if already:
+            logger.info("Resuming: %d of %d tasks already finished in %s", already, len(data.questions), out)
+        with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, \
+                RunProgress(len(data.questions), already, enabled=cfg.progress) as progress:
+
+            def on_result(result: TaskResult) -> None:
+                trajectory.write(json.dumps(result.to_json()) + "\n")
+                trajectory.flush()
+                progress.add(result)
+
+            def on_events(events: list[tuple[str, dict[str, Any]]]) -> None:
+                for task_id, event in events:
+                    progress.print(format_live_event(task_id, event))
+
+            scheduler = Scheduler(
+                cfg, env_kwargs, on_result=on_result,
+                gateway=gateway if isinstance(gateway, GatewayProcess) else None,
+                on_events=on_events if cfg.watch else None,
+            )
+            try:
+                scheduler.run(todo)
+            except KeyboardInterrupt:
+                interrupted = True
+                logger.warning("Interrupted: stopping the workers; finished tasks are saved")
     if not cfg.gateway.url:
         write_tool_report(out)
+    asked = {q.id for q in data.questions}
     summary = summarize(
-        results, mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path), wall_time_s=time.perf_counter() - t0
+        (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.id in asked),
+        mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
+        wall_time_s=time.perf_counter() - t0, complete=not interrupted,
     )
     write_summary(out, summary)
     print_summary(summary, out)
+    if interrupted:
+        raise RunInterrupted(
+            f"interrupted with {summary['n']} of {len(data.questions)} tasks finished, saved in {out}. "
+            "Run the same command again to resume"
+        )
     return RunOutcome(out, summary)

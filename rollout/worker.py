@@ -5,28 +5,54 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import Any
 
 import ray
 from hydra.utils import instantiate
 
-from envs import HttpMCPRagEnv
-from rollout.agents.base import Agent
+from envs import HttpMCPRagEnv, TaskSession
+from rollout.agents.base import Agent, AgentResult
 from rollout.data.records import Question
-from rollout.records import TaskResult
+from rollout.events import CompletionEvent, ErrorEvent, Event, EventLog, LLMOutputEvent
+from rollout.records import TaskResult, TaskStatus
 
 logger = logging.getLogger(__name__)
+
+LIVE_EVENT_BUFFER = 10_000
+
+
+def _usage_of(events: EventLog) -> dict[str, float]:
+    """Token usage summed from the LLM output events (what a cut-off task had spent)."""
+    total: dict[str, float] = {}
+    for e in events.events:
+        if isinstance(e, LLMOutputEvent) and e.usage:
+            for k, v in e.usage.items():
+                total[k] = total.get(k, 0) + v
+    return total
 
 
 class RolloutWorker:
     """Async actor: one MCP session (opened on first task), several tasks at once."""
 
-    def __init__(self, worker_id: str, env_kwargs: dict[str, Any], agent_spec: dict[str, Any]):
+    def __init__(
+        self,
+        worker_id: str,
+        env_kwargs: dict[str, Any],
+        agent_spec: dict[str, Any],
+        *,
+        task_timeout_s: float | None = None,
+        watch: bool = False,
+    ):
         self.worker_id = worker_id
         self.env_kwargs = env_kwargs
         self.agent: Agent = instantiate(agent_spec)
+        self.task_timeout_s = task_timeout_s
         self._env: HttpMCPRagEnv | None = None
         self._env_lock = asyncio.Lock()
+        # With watch on, events wait here until the driver drains them (bounded: a driver that
+        # stops draining must not grow the actor without limit).
+        self._live: deque[tuple[str, dict[str, Any]]] | None = deque(maxlen=LIVE_EVENT_BUFFER) if watch else None
 
     async def _get_env(self) -> HttpMCPRagEnv:
         async with self._env_lock:
@@ -36,33 +62,55 @@ class RolloutWorker:
                 self._env = env
             return self._env
 
-    async def run_task(self, question: dict[str, Any]) -> dict[str, Any]:
+    def _listen(self, task_id: str, event: Event) -> None:
+        assert self._live is not None
+        self._live.append((task_id, event.to_json()))
+
+    def drain_events(self) -> list[tuple[str, dict[str, Any]]]:
+        """Events emitted since the last drain, as (task_id, event dict); empty unless watching."""
+        if not self._live:
+            return []
+        drained = list(self._live)
+        self._live.clear()
+        return drained
+
+    async def run_task(self, question: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
+        """Run one task to a `TaskResult` dict; failures and time-outs are results, not exceptions."""
         q = Question(**question)
+        events = EventLog(q.id, self._listen if self._live is not None else None)
         t0 = time.perf_counter()
-        prediction, turns, error, messages, calls = "", 0, None, [], []
+        outcome: AgentResult | None = None
+        status: TaskStatus = "ok"
+        error: str | None = None
+        session: TaskSession | None = None
         try:
             env = await self._get_env()
-            session = env.for_task(q.id)
-            try:
-                result = await self.agent.run(q.question, session)
-                prediction, turns, messages = result.prediction, result.turns, result.messages
-            finally:
-                calls = [c.to_json() for c in session.calls]
+            session = env.for_task(q.id, events)
+            outcome = await asyncio.wait_for(self.agent.run(q.question, session, events), self.task_timeout_s)
+            events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
+        except TimeoutError:
+            status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
+            events.emit(ErrorEvent(kind="timeout", message=error))
         except Exception as e:  # one task's failure must not end the run
             logger.warning("task %s failed: %s", q.id, e)
-            error = f"{type(e).__name__}: {e}"
+            status, error = "error", f"{type(e).__name__}: {e}"
+            events.emit(ErrorEvent(kind="error", message=error))
         return TaskResult(
             id=q.id,
             question=q.question,
             golden_answers=list(q.golden_answers),
-            prediction=prediction,
-            tool_calls=calls,
-            turns=turns,
+            prediction=outcome.prediction if outcome else "",
+            tool_calls=[c.to_json() for c in session.calls] if session else [],
+            turns=outcome.turns if outcome else sum(isinstance(e, LLMOutputEvent) for e in events.events),
             error=error,
             worker_id=self.worker_id,
             latency_s=time.perf_counter() - t0,
             metadata=dict(q.metadata),
-            messages=messages,
+            messages=outcome.messages if outcome else [],
+            status=status,
+            usage=dict(outcome.usage) if outcome else _usage_of(events),
+            events=events.to_json(),
+            attempts=attempt,
         ).to_json()
 
     async def close(self) -> None:

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real gateway on loopback HTTP, run in a background thread."""
+"""Shared fixtures: a real gateway on loopback HTTP in a background thread; a local Ray and a
+cache for whole runs."""
 
 from __future__ import annotations
 
@@ -6,11 +7,26 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+import ray
+
 from rollout.gateway.config import load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from tests.gateway.loopback import serving
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
 
 
 @contextlib.contextmanager

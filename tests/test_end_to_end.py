@@ -6,36 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-import ray
-from hydra import compose, initialize_config_dir
 from mcp.client.client import Client
 
-from rollout.config import RunConfig
+from rollout.config import compose_run_config
 from rollout.driver import run
 from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.process import GatewayProcess
-from rollout.paths import CONF_DIR
 
 SMALL_KB = ["dataset.n_passages=400", "dataset.n_questions=40", "workers=2", "concurrency_per_worker=4"]
 DENSE, SPARSE = "query_knowledge_base_dense", "query_knowledge_base_sparse"
 FUSED = "query_knowledge_base_hybrid"
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-def compose_run(*overrides: str) -> RunConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return RunConfig.from_hydra(compose("config", overrides=list(overrides)))
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +24,7 @@ def runs(ray_local, cache_dir, tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("results")
     folders = {}
     for mode in ("dense", "sparse", "hybrid", "no_tool", "hybrid_fused", "dynamic", "search_recall"):
-        cfg = compose_run(f"mode={mode}", f"output_dir={out / mode}", f"cache_dir={cache_dir}", *SMALL_KB)
+        cfg = compose_run_config(f"mode={mode}", f"output_dir={out / mode}", f"cache_dir={cache_dir}", *SMALL_KB)
         folders[mode] = run(cfg).output_dir
     return folders
 

@@ -13,18 +13,36 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from envs import HttpMCPRagEnv
 from rollout.agents.llm_client import LLMSettings, RetryPolicy
-from rollout.agents.openai_agent import FINAL_TURN_PROMPT, OpenAIAgent, extract_answer, split_thinking
-from rollout.config import RunConfig
+from rollout.agents.openai_agent import (
+    FINAL_TURN_PROMPT,
+    OpenAIAgent,
+    extract_answer,
+    split_thinking,
+)
+from rollout.config import compose_run_config
 from rollout.errors import ConfigError, LLMError
-from rollout.events import EventLog, LLMOutputEvent, LLMThinkingEvent, ToolCallEvent, ToolResultEvent
+from rollout.events import (
+    EventLog,
+    LLMOutputEvent,
+    LLMThinkingEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from rollout.gateway.config import GATEWAYS_DIR
-from rollout.paths import CONF_DIR
-from tests.agents.chat_server import MODEL, ChatServer, Reply, answer, chat_server, error, tool_calls, usage
+from tests.agents.chat_server import (
+    MODEL,
+    ChatServer,
+    Reply,
+    answer,
+    chat_server,
+    error,
+    tool_calls,
+    usage,
+)
 from tests.conftest import gateway_on_loopback
 from tests.gateway.loopback import sparse_kb
 
@@ -341,18 +359,16 @@ def test_bad_agent_config_is_a_config_error(kwargs, match):
 
 
 def test_agent_config_builds_from_the_llm_block(monkeypatch):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = RunConfig.from_hydra(compose("config", overrides=[
-            "agent=openai", "llm.model=Qwen/Qwen2.5-7B-Instruct", "llm.base_url=http://10.0.0.5:8000/v1/",
-            "llm.prices.prompt=0.1", "llm.prices.completion=0.4"]))
+    cfg = compose_run_config(
+        "agent=openai", "llm.model=Qwen/Qwen2.5-7B-Instruct", "llm.base_url=http://10.0.0.5:8000/v1/",
+        "llm.prices.prompt=0.1", "llm.prices.completion=0.4")
     agent = instantiate(cfg.agent)  # as a worker builds it: from the plain, resolved dict
     assert isinstance(agent, OpenAIAgent) and agent.max_turns == 8
     assert agent.settings == LLMSettings(
         base_url="http://10.0.0.5:8000/v1", model="Qwen/Qwen2.5-7B-Instruct", api_key_env="OPENAI_API_KEY",
         timeout_s=120.0, max_retries=5, sampling={"temperature": 0.0, "top_p": 1.0, "max_tokens": 1024},
         price_prompt=0.1, price_completion=0.4)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        missing = RunConfig.from_hydra(compose("config", overrides=["agent=openai"]))
+    missing = compose_run_config("agent=openai")
     with pytest.raises(ConfigError, match="llm.model=NAME"):
         OpenAIAgent(**{k: v for k, v in missing.agent.items() if k != "_target_"})
 

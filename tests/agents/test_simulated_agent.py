@@ -8,18 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 import rollout.agents.simulated as simulated_module
 from envs import HttpMCPRagEnv
 from rollout.agents.simulated import SimulatedAgent
-from rollout.config import RunConfig
+from rollout.config import compose_run_config
 from rollout.errors import ConfigError
 from rollout.events import EventLog, LLMOutputEvent, ToolCallEvent, ToolResultEvent
 from rollout.gateway.config import GATEWAYS_DIR
-from rollout.paths import CONF_DIR
 from tests.conftest import gateway_on_loopback
 from tests.gateway.loopback import sparse_kb
 
@@ -156,8 +154,7 @@ def test_bad_config_is_a_config_error(kwargs, match):
 
 
 def _agent_spec(*overrides: str) -> dict[str, Any]:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return RunConfig.from_hydra(compose("config", overrides=["agent=simulated", *overrides])).agent
+    return compose_run_config("agent=simulated", *overrides).agent
 
 
 def test_config_group_builds_the_agent():

@@ -22,11 +22,6 @@ SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"
 TOOL = "query_knowledge_base_sparse"
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("gateway-cache")
-
-
 def demo_args(cache_dir: Path, output_dir: Path) -> list[str]:
     """A small demo knowledge base with the sparse tool only: no encoder to load, starts in seconds."""
     return ["--config", str(SPARSE_FILE), "--demo-passages", "200", "--demo-questions", "20",

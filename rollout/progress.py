@@ -1,0 +1,71 @@
+"""The run's progress bar: done/total, running EM, errors and tool calls per second."""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rollout.metrics import exact_match
+from rollout.records import TaskResult
+
+
+class RunProgress:
+    """Counts finished tasks and shows them; a disabled one only counts."""
+
+    def __init__(self, total: int, already_done: int = 0, *, enabled: bool = True, console: Console | None = None):
+        self.total = total
+        self.done = already_done
+        self.correct = 0
+        self.scored = 0
+        self.errors = 0
+        self.tool_calls = 0
+        self._t0 = time.perf_counter()
+        self.console = console or Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("[bold]rollout"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("EM {task.fields[em]}"),
+            TextColumn("errors {task.fields[errors]}"),
+            TextColumn("{task.fields[calls_per_s]} calls/s"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+            disable=not enabled,
+        )
+        self._bar = self._progress.add_task("run", total=total, completed=already_done, **self._fields())
+
+    def _fields(self) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - self._t0, 1e-9)
+        return {
+            "em": f"{self.correct / self.scored:.3f}" if self.scored else "-",
+            "errors": self.errors,
+            "calls_per_s": f"{self.tool_calls / elapsed:.1f}",
+        }
+
+    def __enter__(self) -> RunProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._progress.stop()
+
+    def add(self, result: TaskResult) -> None:
+        """Count one finished task of this session."""
+        self.done += 1
+        self.tool_calls += len(result.tool_calls)
+        if result.status == "ok":
+            self.scored += 1
+            self.correct += int(exact_match(result.prediction, result.golden_answers))
+        else:
+            self.errors += 1
+        self._progress.update(self._bar, completed=self.done, **self._fields())
+
+    def print(self, *renderables: Any) -> None:
+        """Print above the bar (live events)."""
+        self._progress.console.print(*renderables)

@@ -1,0 +1,180 @@
+"""Feed tasks to the Ray actors and survive what goes wrong while they run.
+
+Each actor runs up to `concurrency_per_worker` tasks at once. Finished tasks go to `on_result`
+as they arrive (the driver appends and flushes them), so nothing finished waits in memory. When
+an actor dies, its in-flight tasks go back to the queue and a fresh actor takes its place; a task
+that has killed `MAX_ATTEMPTS` actors is recorded as an error. When the gateway the run started
+dies, it is restarted on the same port and the workers' environments reconnect on their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from rollout.config import RunConfig
+from rollout.data.records import Question
+from rollout.errors import GatewayError
+from rollout.records import TaskResult
+from rollout.worker import RolloutWorkerActor
+
+logger = logging.getLogger(__name__)
+
+# Shutdown is best effort: a dead or stuck actor must not hide the run's own outcome.
+_ignore_ray_errors = contextlib.suppress(ray.exceptions.RayError)
+
+MAX_ATTEMPTS = 3
+"""Times a task is started before a dying worker under it is taken as the task's own fault."""
+MAX_GATEWAY_RESTARTS = 5
+POLL_S = 0.5
+"""How often the loop looks at the gateway and drains live events while waiting for results."""
+
+
+class Gateway(Protocol):
+    """What the scheduler needs of the run's gateway."""
+
+    def is_alive(self) -> bool: ...
+
+    def restart(self) -> str: ...
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One actor and the tasks it is running."""
+
+    worker_id: str
+    actor: Any
+    running: int = 0
+
+
+def failed_result(q: Question, error: str, attempts: int) -> TaskResult:
+    return TaskResult(
+        q.id, q.question, list(q.golden_answers), "", [], 0, error, "", 0.0, dict(q.metadata),
+        status="error", attempts=attempts,
+    )
+
+
+class Scheduler:
+    """Runs questions on a pool of actors; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        env_kwargs: dict[str, Any],
+        *,
+        on_result: Callable[[TaskResult], None],
+        gateway: Gateway | None = None,
+        on_events: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None,
+    ):
+        self.cfg = cfg
+        self.env_kwargs = env_kwargs
+        self.on_result = on_result
+        self.gateway = gateway
+        self.on_events = on_events
+        self.gateway_restarts = 0
+        self.actor_restarts = 0
+        self._slots: list[_Slot] = []
+        self._pending: dict[ray.ObjectRef, tuple[_Slot, Any, Question, int]] = {}
+        """In-flight tasks: the slot, the actor it was sent to, the question and its attempt."""
+
+    def _new_actor(self, worker_id: str) -> Any:
+        return RolloutWorkerActor.remote(
+            worker_id, self.env_kwargs, self.cfg.agent, task_timeout_s=self.cfg.task_timeout_s, watch=self.cfg.watch
+        )
+
+    def run(self, questions: list[Question]) -> None:
+        """Run every question to a result (or until interrupted: KeyboardInterrupt propagates)."""
+        if not questions:
+            return
+        queue: deque[tuple[Question, int]] = deque((q, 1) for q in questions)
+        n_workers = max(1, min(self.cfg.workers, len(questions)))
+        self._slots = [_Slot(f"worker-{i}", self._new_actor(f"worker-{i}")) for i in range(n_workers)]
+        try:
+            while queue or self._pending:
+                self._fill(queue)
+                done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=POLL_S, fetch_local=False)
+                for ref in done:
+                    self._collect(ref, queue)
+                self._drain_events()
+                self._watch_gateway()
+            self._drain_events()
+        finally:
+            self._shutdown()
+
+    def _fill(self, queue: deque[tuple[Question, int]]) -> None:
+        for slot in self._slots:
+            while queue and slot.running < self.cfg.concurrency_per_worker:
+                q, attempt = queue.popleft()
+                self._pending[slot.actor.run_task.remote(q.to_json(), attempt)] = (slot, slot.actor, q, attempt)
+                slot.running += 1
+
+    def _collect(self, ref: ray.ObjectRef, queue: deque[tuple[Question, int]]) -> None:
+        slot, actor, q, attempt = self._pending.pop(ref)
+        try:
+            result = TaskResult.from_json(ray.get(ref))
+        except RayActorError as e:
+            self._replace_if_current(slot, actor, e)
+            if attempt < MAX_ATTEMPTS:
+                logger.warning("task %s lost with its worker; starting it again (attempt %d)", q.id, attempt + 1)
+                queue.appendleft((q, attempt + 1))
+                return
+            result = failed_result(q, f"worker died under this task {attempt} times: {type(e).__name__}", attempt)
+        except ray.exceptions.RayError as e:  # run_task catches task failures; this is Ray's own
+            result = failed_result(q, f"worker failed: {e}", attempt)
+        if slot.actor is actor:
+            slot.running -= 1
+        self.on_result(result)
+
+    def _replace_if_current(self, slot: _Slot, actor: Any, error: Exception) -> None:
+        """Start a fresh actor in a dead one's place (once, whichever of its tasks reports first)."""
+        if slot.actor is not actor:
+            return
+        logger.warning("%s died (%s); starting a replacement", slot.worker_id, type(error).__name__)
+        with _ignore_ray_errors:
+            ray.kill(actor)
+        slot.actor = self._new_actor(slot.worker_id)
+        slot.running = 0  # the dead actor's other tasks report (and are requeued) one by one
+        self.actor_restarts += 1
+
+    def _drain_events(self) -> None:
+        if self.on_events is None:
+            return
+        refs = [slot.actor.drain_events.remote() for slot in self._slots]
+        try:
+            batches = ray.get(refs, timeout=POLL_S)
+        except (GetTimeoutError, RayActorError):
+            return
+        events = [e for batch in batches for e in batch]
+        if events:
+            self.on_events(events)
+
+    def _watch_gateway(self) -> None:
+        if self.gateway is None or self.gateway.is_alive():
+            return
+        if self.gateway_restarts >= MAX_GATEWAY_RESTARTS:
+            raise GatewayError(
+                f"the gateway died {self.gateway_restarts + 1} times; its log above says why. "
+                "Rerun the same command to resume the finished tasks"
+            )
+        self.gateway_restarts += 1
+        logger.warning("The gateway died; restarting it on the same port (restart %d)", self.gateway_restarts)
+        t0 = time.perf_counter()
+        self.gateway.restart()
+        logger.warning("Gateway back after %.1f s; workers reconnect", time.perf_counter() - t0)
+
+    def _shutdown(self) -> None:
+        closing = [slot.actor.close.remote() for slot in self._slots]
+        with _ignore_ray_errors:
+            ray.get(closing, timeout=10)
+        for slot in self._slots:
+            with _ignore_ray_errors:
+                ray.kill(slot.actor)
+        self._slots = []

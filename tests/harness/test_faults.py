@@ -1,0 +1,156 @@
+"""The harness under faults, with real Ray, a real gateway process and `agent=simulated`:
+a task over its time limit, a worker that dies, a gateway that dies, Ctrl-C, and resuming."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rollout.config import RunConfig, compose_run_config
+from rollout.driver import run
+from rollout.errors import ConfigError
+from rollout.paths import PROJECT_ROOT
+
+SMALL_KB = ["dataset.n_passages=300", "dataset.n_questions=60", "mode=sparse", "progress=false"]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def simulated(out: Path, cache_dir: Path, *extra: str) -> RunConfig:
+    return compose_run_config(*SMALL_KB, "agent=simulated", f"output_dir={out}", f"cache_dir={cache_dir}", *extra)
+
+
+def lines_in(path: Path) -> int:
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+def wait_for_lines(path: Path, n: int, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while lines_in(path) < n:
+        assert time.monotonic() < deadline, f"{path} never reached {n} lines"
+        time.sleep(0.05)
+
+
+def gateway_pids(output_dir: Path) -> list[int]:
+    """Pids of gateway processes writing into `output_dir`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rollout.gateway" in cmd and str(output_dir).encode() in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_task_over_its_time_limit_keeps_its_partial_trajectory(ray_local, cache_dir, tmp_path):
+    cfg = simulated(tmp_path / "run", cache_dir, "agent.llm_latency_s=0.4", "agent.turns=6",
+                    "task_timeout_s=1.5", "dataset.limit=4")
+    outcome = run(cfg)
+    tasks = read_jsonl(outcome.output_dir / "trajectory.jsonl")
+    assert [t["status"] for t in tasks] == ["timeout"] * 4
+    for t in tasks:
+        kinds = [e["type"] for e in t["events"]]
+        assert "tool_call" in kinds and "tool_result" in kinds  # the turns done before the limit
+        assert kinds[-1] == "error" and t["events"][-1]["kind"] == "timeout"
+        assert t["tool_calls"] and "time limit of 1.5 s" in t["error"]
+    assert outcome.summary["timeouts"] == 4
+
+
+def test_a_dead_worker_s_tasks_run_again_elsewhere(ray_local, cache_dir, tmp_path):
+    cfg = simulated(tmp_path / "run", cache_dir, "dataset.limit=12", "workers=2", "concurrency_per_worker=3")
+    victim = compose_run_config(*SMALL_KB, f"cache_dir={cache_dir}")
+    from rollout.dataset import prepare_data
+
+    question = prepare_data(victim.dataset, cache_dir).questions[4].question
+    cfg = replace(cfg, agent={"_target_": "tests.harness.agents.CrashOnceAgent", "question": question,
+                              "marker": str(tmp_path / "crashed")})
+    outcome = run(cfg)
+    tasks = read_jsonl(outcome.output_dir / "trajectory.jsonl")
+    assert (tmp_path / "crashed").exists()
+    assert sorted(t["id"] for t in tasks) == sorted({t["id"] for t in tasks}) and len(tasks) == 12
+    assert all(t["status"] == "ok" for t in tasks)
+    retried = [t for t in tasks if t["attempts"] > 1]
+    assert any(t["question"] == question for t in retried)  # the crashing task, and any beside it on that actor
+
+
+def test_the_gateway_dies_mid_run_and_no_task_is_lost(ray_local, cache_dir, tmp_path):
+    out = tmp_path / "run"
+    cfg = simulated(out, cache_dir, "agent.llm_latency_s=0.15", "dataset.limit=48", "workers=2",
+                    "concurrency_per_worker=4")
+    killed: list[int] = []
+
+    def kill_gateway_once_tasks_finish() -> None:
+        wait_for_lines(out / "trajectory.jsonl", 6)
+        for pid in gateway_pids(out):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    killer = threading.Thread(target=kill_gateway_once_tasks_finish, daemon=True)
+    killer.start()
+    outcome = run(cfg)
+    killer.join(timeout=5)
+    assert killed, "the gateway was never found to kill"
+    tasks = read_jsonl(out / "trajectory.jsonl")
+    assert len(tasks) == 48 and len({t["id"] for t in tasks}) == 48
+    assert all(t["status"] == "ok" for t in tasks), [t["error"] for t in tasks if t["error"]]
+    assert all(c["ok"] for t in tasks for c in t["tool_calls"])
+    assert outcome.summary["errors"] == 0
+    assert not gateway_pids(out)  # the restarted gateway was stopped with the run
+
+
+def test_ctrl_c_keeps_finished_tasks_and_the_same_command_resumes(cache_dir, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rollout", *SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.2",
+           "dataset.limit=40", "workers=1", "concurrency_per_worker=2", f"output_dir={out}", f"cache_dir={cache_dir}"]
+    proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_lines(out / "trajectory.jsonl", 4)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "resume" in err
+    first = read_jsonl(out / "trajectory.jsonl")
+    assert 4 <= len(first) < 40
+    summary = json.loads((out / "evaluation_summary.json").read_text())
+    assert summary["complete"] is False and summary["n"] == len(first)
+
+    again = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    tasks = read_jsonl(out / "trajectory.jsonl")
+    assert len(tasks) == 40 and len({t["id"] for t in tasks}) == 40
+    assert tasks[: len(first)] == first  # finished work untouched
+    assert json.loads((out / "evaluation_summary.json").read_text())["complete"] is True
+
+
+def test_resume_skips_finished_tasks_and_refuses_other_tools(ray_local, cache_dir, tmp_path):
+    out = tmp_path / "run"
+    gateway = tmp_path / "gw.json"
+    gateway.write_text((PROJECT_ROOT / "conf/gateways/rag_sparse_only.json").read_text())
+    common = (f"gateway_config_path={gateway}", "agent.llm_latency_s=0.01")
+    run(simulated(out, cache_dir, *common, "dataset.limit=5"))
+    first = (out / "trajectory.jsonl").read_text()
+    outcome = run(simulated(out, cache_dir, *common, "dataset.limit=9"))
+    assert (out / "trajectory.jsonl").read_text().startswith(first)
+    assert len(read_jsonl(out / "trajectory.jsonl")) == 9 and outcome.summary["n"] == 9
+
+    gateway.write_text((PROJECT_ROOT / "conf/gateways/rag_hybrid.json").read_text().replace(
+        '"rag_query", ', ""))  # same tools, another file: still refused, the file is part of the fingerprint
+    with pytest.raises(ConfigError, match="gateway file changed.*resume=false"):
+        run(simulated(out, cache_dir, *common, "dataset.limit=9"))
+    fresh = run(simulated(out, cache_dir, *common, "dataset.limit=3", "resume=false"))
+    assert fresh.summary["n"] == 3 and len(read_jsonl(out / "trajectory.jsonl")) == 3
