@@ -1,0 +1,182 @@
+"""The harness itself: throughput against the ideal, and the driver's memory over long runs.
+
+    python bench/harness.py [--latency 0.1] [--turns 3] [--concurrency 8 32 128] [--memory-tasks 1000 10000]
+
+Throughput. `agent=simulated` sleeps `--latency` per turn for `--turns` turns, so a task would
+take turns x latency with an infinitely fast harness and the ideal throughput at C concurrent
+tasks is C / (turns x latency). One gateway (sparse BM25 over the demo corpus) and one local Ray
+(2 CPUs) serve every row; each row runs `--tasks-per-slot` x C tasks through the run's own
+scheduler (2 actors, C/2 tasks each) and prints tasks/s and its fraction of the ideal. Rows
+"with tool calls" make a real MCP call (BM25 search) in each turn but the last, so the gateway
+is part of what is measured; rows "LLM turns only" measure Ray, the actors and the driver alone.
+Target: at least 0.8 of the ideal at 128.
+
+Memory. The whole command (`python -m rollout agent=simulated ...`) on 1,000 and on 10,000
+questions, each in a fresh process; the driver reports its own peak RSS (VmHWM) as it exits.
+Target: flat (10k/1k close to 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import ray
+
+from rollout.config import RunConfig, compose_run_config
+from rollout.data.records import Question
+from rollout.dataset import prepare_data
+from rollout.driver import env_kwargs_for, gateway_for_run
+from rollout.paths import PROJECT_ROOT, default_cache_dir
+from rollout.records import TaskResult
+from rollout.scheduler import Scheduler
+
+PEAK_FILE_ENV = "ROLLOUT_BENCH_PEAK_FILE"
+
+
+def many(questions: list[Question], n: int) -> list[Question]:
+    """n questions with distinct ids, cycling through the given ones."""
+    return [replace(questions[i % len(questions)], id=f"{questions[i % len(questions)].id}-{i}") for i in range(n)]
+
+
+def throughput(cfg: RunConfig, url: str, questions: list[Question], concurrency: int, tasks_per_slot: int) -> tuple[float, float]:
+    """(tasks per second, mean task latency s) for `concurrency` tasks in flight."""
+    run_cfg = replace(cfg, workers=2, concurrency_per_worker=max(1, concurrency // 2))
+    latencies: list[float] = []
+
+    def on_result(result: TaskResult) -> None:
+        if result.error:
+            raise RuntimeError(f"task {result.id} failed: {result.error}")
+        latencies.append(result.latency_s)
+
+    tasks = many(questions, tasks_per_slot * concurrency)
+    t0 = time.perf_counter()
+    Scheduler(run_cfg, env_kwargs_for(run_cfg, url), on_result=on_result).run(tasks)
+    elapsed = time.perf_counter() - t0
+    return len(tasks) / elapsed, sum(latencies) / len(latencies)
+
+
+def bench_throughput(args: argparse.Namespace, cache_dir: Path) -> list[tuple[str, ...]]:
+    rows = []
+    for call_tools in (True, False):
+        cfg = compose_run_config(
+            "mode=sparse", "agent=simulated", f"agent.llm_latency_s={args.latency}", f"agent.turns={args.turns}",
+            f"agent.call_tools={str(call_tools).lower()}", f"cache_dir={cache_dir}", "task_timeout_s=600",
+        )
+        data = prepare_data(cfg.dataset, cfg.cache_dir)
+        ideal_latency = args.turns * args.latency
+        with gateway_for_run(cfg, data.corpus_path) as gateway:
+            url = gateway.wait_ready()
+            throughput(cfg, url, data.questions, 8, 2)  # warm: actors, sessions, page cache
+            for c in args.concurrency:
+                rate, latency = throughput(cfg, url, data.questions, c, args.tasks_per_slot)
+                ideal = c / ideal_latency
+                label = "with tool calls" if call_tools else "LLM turns only"
+                rows.append((label, str(c), f"{rate:,.1f}", f"{ideal:,.1f}", f"{rate / ideal:.2f}",
+                             f"{latency * 1000:,.0f} ms"))
+                print(f"  {label:16} concurrency {c:4}: {rate:8.1f} tasks/s of {ideal:8.1f} ideal", flush=True)
+    return rows
+
+
+def driver_peak_mib(n_tasks: int, cache_dir: Path, questions_file: Path, corpus_file: Path) -> tuple[float, float]:
+    """(peak RSS MiB of the driver, wall s) of the whole command on n_tasks questions."""
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
+        peak_file = Path(tmp) / "peak"
+        cmd = [
+            sys.executable, __file__, "--as-driver", "--", "mode=sparse", "agent=simulated",
+            "agent.llm_latency_s=0.01", "agent.call_tools=false", "dataset=files",
+            f"dataset.corpus.path={corpus_file}", f"dataset.questions.path={questions_file}",
+            f"dataset.limit={n_tasks}", f"output_dir={tmp}/run", f"cache_dir={cache_dir}",
+            "workers=2", "concurrency_per_worker=64", "progress=false",
+        ]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, cwd=PROJECT_ROOT, env={**os.environ, PEAK_FILE_ENV: str(peak_file)},
+                       stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        n_done = sum(1 for _ in (Path(tmp) / "run" / "trajectory.jsonl").open())
+        if n_done != n_tasks:
+            raise RuntimeError(f"the {n_tasks}-task run finished {n_done} tasks")
+        return float(peak_file.read_text()) / 1024, wall
+
+
+def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[tuple[str, ...]]:
+    cfg = compose_run_config("mode=sparse", f"cache_dir={cache_dir}")
+    data = prepare_data(cfg.dataset, cfg.cache_dir)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-q-") as tmp:
+        questions_file = Path(tmp) / "questions.jsonl"
+        with questions_file.open("w", encoding="utf-8") as f:
+            for q in many(data.questions, max(args.memory_tasks)):
+                f.write(json.dumps(q.to_json()) + "\n")
+        for n in args.memory_tasks:
+            peak, wall = driver_peak_mib(n, cache_dir, questions_file, data.corpus_path)
+            rows.append((f"{n:,} tasks", f"{peak:,.0f} MiB", f"{wall:,.1f} s"))
+            print(f"  driver over {n:6,} tasks: peak {peak:,.0f} MiB in {wall:.1f} s", flush=True)
+    return rows
+
+
+def _as_driver(overrides: list[str]) -> None:
+    """Run the command as a user would, then record this process's peak RSS."""
+    import atexit
+
+    def record_peak() -> None:
+        status = Path("/proc/self/status").read_text()
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+        Path(os.environ[PEAK_FILE_ENV]).write_text(kib)
+
+    atexit.register(record_peak)
+    from rollout.app import main
+
+    sys.argv = ["rollout", *overrides]
+    main()
+
+
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def main() -> None:
+    if "--as-driver" in sys.argv:
+        _as_driver(sys.argv[sys.argv.index("--") + 1:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.1, help="simulated LLM seconds per turn")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 128])
+    parser.add_argument("--tasks-per-slot", type=int, default=15, help="tasks per row = this x concurrency")
+    parser.add_argument("--memory-tasks", type=int, nargs="+", default=[1_000, 10_000])
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        print("throughput (agent=simulated):", flush=True)
+        rows = bench_throughput(args, args.cache_dir)
+    finally:
+        ray.shutdown()
+    _table(
+        f"Throughput: {args.turns} turns x {args.latency * 1000:.0f} ms simulated LLM per task, 2 actors, 2 cores",
+        ("policy", "concurrent", "tasks/s", "ideal", "fraction", "mean task"), rows,
+    )
+    if not args.skip_memory:
+        print("\ndriver memory (whole command, fresh process each):", flush=True)
+        mem = bench_memory(args, args.cache_dir)
+        _table("Driver peak memory (VmHWM)", ("run", "peak", "wall"), mem)
+        first, last = (float(mem[i][1].split()[0].replace(",", "")) for i in (0, -1))
+        print(f"\npeak {args.memory_tasks[-1]:,} / {args.memory_tasks[0]:,} tasks: {last / first:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
