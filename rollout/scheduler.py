@@ -100,8 +100,7 @@ class Scheduler:
         try:
             while queue or self._pending:
                 self._fill(queue)
-                done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=POLL_S, fetch_local=False)
-                for ref in done:
+                for ref in self._finished():
                     self._collect(ref, queue)
                 self._drain_events()
                 self._watch_gateway()
@@ -115,6 +114,15 @@ class Scheduler:
                 q, attempt = queue.popleft()
                 self._pending[slot.actor.run_task.remote(q.to_json(), attempt)] = (slot, slot.actor, q, attempt)
                 slot.running += 1
+
+    def _finished(self) -> list[ray.ObjectRef]:
+        """Results ready now: waits for the first (at most POLL_S), then takes every other one ready."""
+        pending = list(self._pending)
+        first, rest = ray.wait(pending, num_returns=1, timeout=POLL_S, fetch_local=False)
+        if not first or not rest:
+            return first
+        more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
+        return first + more
 
     def _collect(self, ref: ray.ObjectRef, queue: deque[tuple[Question, int]]) -> None:
         slot, actor, q, attempt = self._pending.pop(ref)
