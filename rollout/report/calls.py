@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,14 @@ CALL_COLUMNS = (*GATEWAY_COLUMNS, *CLIENT_COLUMNS, "gold_doc_ids", "mode", "run_
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """JSON objects of a jsonl file; [] when the file is missing; unreadable lines skipped with a warning."""
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """`read_jsonl` one object at a time, for files too long to hold (a trajectory of many tasks)."""
     path = Path(path)
     if not path.is_file():
-        return []
-    rows = []
+        return
     with path.open(encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -57,8 +62,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             if not isinstance(row, dict):
                 logger.warning("%s:%d: skipping a line that is not a JSON object", path, lineno)
                 continue
-            rows.append(row)
-    return rows
+            yield row
 
 
 def run_mode(run_dir: Path) -> str:
@@ -74,6 +78,9 @@ def run_mode(run_dir: Path) -> str:
         if isinstance(cfg, dict) and cfg.get("mode_name"):
             return str(cfg["mode_name"])
     return run_dir.resolve().name
+
+
+_TASK_KEYS = ("id", "worker_id", "tool_calls", "metadata")
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -154,7 +161,8 @@ def load_calls(run_dir: Path | str) -> pd.DataFrame:
     if not run_dir.is_dir():
         raise NotARunFolderError(f"{run_dir}: no such folder; pass a run folder such as results/<experiment>/<mode>")
     gateway = _gateway_frame(read_jsonl(run_dir / STATS_DIR / CALLS_FILE))
-    tasks = read_jsonl(run_dir / TRAJECTORY_FILE)
+    # Only what the report joins on: a task's events and messages would make this grow with the run.
+    tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(run_dir / TRAJECTORY_FILE)]
     df = gateway.merge(_client_frame(tasks), on="call_id", how="left", validate="many_to_one")
     df["task_id"] = df["task_id"].where(df["task_id"].notna(), df.pop("client_task_id"))
     df["worker_id"] = df["worker_id"].where(df["worker_id"].notna(), df.pop("client_worker_id"))
