@@ -135,7 +135,7 @@ class Totals:
         if not self.n:
             return Text("0 tasks", style="dim")
         out = Text(f"{self.n:,} tasks · ")
-        for i, status in enumerate(("ok", "error", "timeout")):
+        for status in ("ok", "error", "timeout"):
             out.append(f"{status} {self.status[status]:,}", style=STATUS_STYLE[status] if self.status[status] else "dim")
             out.append(" · ")
         out.append(f"EM {self.em / self.n:.3f}", style="bold")
