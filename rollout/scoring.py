@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -15,6 +16,8 @@ from rich.table import Table
 from rollout.metrics import contains_answer, exact_match, f1_score, retrieval_recall
 from rollout.records import TaskResult
 
+logger = logging.getLogger(__name__)
+
 SUMMARY_FILE = "evaluation_summary.json"
 TRAJECTORY_FILE = "trajectory.jsonl"
 
@@ -24,14 +27,19 @@ LARGE_FIELDS = ("messages", "events")
 
 
 def iter_trajectory(path: Path) -> Iterator[TaskResult]:
-    """The tasks of a trajectory file, one at a time, without their messages and events."""
-    with Path(path).open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
+    """The tasks of a trajectory file, one at a time, without their messages and events; a line
+    that is not a task record (one cut short when a run was killed mid-write) is skipped with a warning."""
+    with Path(path).open(encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
                 data = json.loads(line)
                 for key in LARGE_FIELDS:
                     data.pop(key, None)
                 yield TaskResult.from_json(data)
+            except (ValueError, TypeError, AttributeError) as e:
+                logger.warning("%s:%d: skipping a line that is not a task record (%s; half-written?)", path, lineno, e)
 
 
 def score_task(r: TaskResult) -> dict[str, Any]:

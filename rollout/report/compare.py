@@ -18,20 +18,18 @@ Definitions
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rollout.records import TaskResult
 from rollout.report.calls import run_mode
 from rollout.report.errors import NotARunFolderError, ReportError
-from rollout.scoring import LARGE_FIELDS, TRAJECTORY_FILE, score_task
+from rollout.scoring import TRAJECTORY_FILE, iter_trajectory, score_task
 
 logger = logging.getLogger(__name__)
 
@@ -172,22 +170,6 @@ def find_runs(paths: Sequence[Path | str]) -> list[Path]:
     return found
 
 
-def _tasks(path: Path) -> Iterator[TaskResult]:
-    """The tasks of a trajectory, one at a time; a line that does not parse (a run killed
-    mid-write) is skipped with a warning."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                for key in LARGE_FIELDS:
-                    data.pop(key, None)
-                yield TaskResult.from_json(data)
-            except (ValueError, TypeError, AttributeError) as e:
-                logger.warning("%s:%d: skipping a line that is not a task record (%s; half-written?)", path, lineno, e)
-
-
 def _quantile(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(np.asarray(values, dtype=np.float64), 100 * q)), 3) if values else None
 
@@ -203,7 +185,7 @@ def _score_run(run_dir: Path, label: str) -> _ScoredRun:
     latencies: list[float] = []
     tokens: list[float] = []
     errors = timeouts = duplicates = 0
-    for task in _tasks(run_dir / TRAJECTORY_FILE):
+    for task in iter_trajectory(run_dir / TRAJECTORY_FILE):
         if task.id in em:  # resume keeps one line per id; a second one is stale, as there
             duplicates += 1
             continue

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ from envs import HttpMCPRagEnv
 from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.process import GatewayProcess
 from rollout.report import load_calls
-from tests.gateway.loopback import PASSAGES
+from tests.gateway.loopback import PASSAGES, kill
 
 SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"
 NO_TOOL_FILE = GATEWAYS_DIR / "rag_no_tool.json"
@@ -50,15 +48,6 @@ def gw(gateway) -> Iterator[GatewayProcess]:
     yield process
     if not process.is_alive():
         process.restart()
-
-
-def kill(gw: GatewayProcess) -> None:
-    assert gw.pid is not None
-    os.kill(gw.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10  # only so that a kill that did not work cannot hang the test
-    while gw.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not gw.is_alive()
 
 
 async def test_calls_made_while_the_gateway_is_down_wait_and_share_one_reconnection(gw, gateway, caplog):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
@@ -17,6 +19,7 @@ from mcp.server.mcpserver import MCPServer
 from rollout.data.records import Passage
 from rollout.gateway.config import GatewayFile
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import bind_socket, build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.retrieval import BM25Retriever
@@ -112,3 +115,12 @@ def gateway_served(
     finally:
         if collector is not None:
             collector.close()
+
+
+def kill(gw: GatewayProcess) -> None:
+    assert gw.pid is not None
+    os.kill(gw.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10  # only so that a kill that did not work cannot hang the test
+    while gw.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not gw.is_alive()

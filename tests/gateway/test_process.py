@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import socket
 import threading
 import time
@@ -17,6 +15,7 @@ from rollout.errors import GatewayError
 from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.process import GatewayProcess
 from rollout.report import load_calls
+from tests.gateway.loopback import kill
 
 SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"
 TOOL = "query_knowledge_base_sparse"
@@ -34,14 +33,6 @@ def call(url: str, call_id: str) -> dict:
                    timeout=30)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def kill(gw: GatewayProcess) -> None:
-    assert gw.pid is not None
-    os.kill(gw.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10  # only so that a kill that did not work cannot hang the test
-    while gw.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
 
 
 def test_a_killed_gateway_restarts_on_the_same_url_from_cached_indexes_and_keeps_its_ledger(
