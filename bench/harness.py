@@ -115,10 +115,11 @@ def driver_peak_mib(n_tasks: int, cache_dir: Path, questions_file: Path, corpus_
         return float(peak_file.read_text()) / 1024, wall
 
 
-def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[tuple[str, ...]]:
+def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[float]:
+    """The driver's peak MiB for each of `--memory-tasks`."""
     cfg = compose_run_config("mode=sparse", f"cache_dir={cache_dir}")
     data = prepare_data(cfg.dataset, cfg.cache_dir)
-    rows = []
+    peaks = []
     with tempfile.TemporaryDirectory(prefix="rollout-bench-q-") as tmp:
         questions_file = Path(tmp) / "questions.jsonl"
         with questions_file.open("w", encoding="utf-8") as f:
@@ -126,9 +127,9 @@ def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[tuple[str, .
                 f.write(json.dumps(q.to_json()) + "\n")
         for n in args.memory_tasks:
             peak, wall = driver_peak_mib(n, cache_dir, questions_file, data.corpus_path)
-            rows.append((f"{n:,} tasks", f"{peak:,.0f} MiB", f"{wall:,.1f} s"))
+            peaks.append(peak)
             print(f"  driver over {n:6,} tasks: peak {peak:,.0f} MiB in {wall:.1f} s", flush=True)
-    return rows
+    return peaks
 
 
 def _as_driver(overrides: list[str]) -> None:
@@ -181,10 +182,10 @@ def main() -> None:
     )
     if not args.skip_memory:
         print("\ndriver memory (whole command, fresh process each):", flush=True)
-        mem = bench_memory(args, args.cache_dir)
-        _table("Driver peak memory (VmHWM)", ("run", "peak", "wall"), mem)
-        first, last = (float(mem[i][1].split()[0].replace(",", "")) for i in (0, -1))
-        print(f"\npeak {args.memory_tasks[-1]:,} / {args.memory_tasks[0]:,} tasks: {last / first:.2f}x")
+        peaks = bench_memory(args, args.cache_dir)
+        rows = [(f"{n:,} tasks", f"{peak:,.0f} MiB") for n, peak in zip(args.memory_tasks, peaks, strict=True)]
+        _table("Driver peak memory (VmHWM)", ("run", "peak"), rows)
+        print(f"\npeak {args.memory_tasks[-1]:,} / {args.memory_tasks[0]:,} tasks: {peaks[-1] / peaks[0]:.2f}x")
 
 
 if __name__ == "__main__":

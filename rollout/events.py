@@ -117,6 +117,10 @@ Listener = Callable[[str, Event], None]
 """Called with (task_id, event) as each event is emitted (live watching)."""
 
 
+TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+"""The usage counts summed per task (an endpoint may report more, e.g. nested details)."""
+
+
 class EventLog:
     """The events of one task, in order; an optional listener sees each as it is emitted."""
 
@@ -132,3 +136,12 @@ class EventLog:
 
     def to_json(self) -> list[dict[str, Any]]:
         return [e.to_json() for e in self.events]
+
+    def usage(self) -> dict[str, float]:
+        """Tokens of the LLM outputs so far, summed; empty (not zero) when the endpoint reported none."""
+        total: dict[str, float] = {}
+        for e in self.events:
+            if isinstance(e, LLMOutputEvent) and e.usage:
+                for key in TOKEN_KEYS:
+                    total[key] = total.get(key, 0) + e.usage.get(key, 0)
+        return total

@@ -22,16 +22,6 @@ logger = logging.getLogger(__name__)
 LIVE_EVENT_BUFFER = 10_000
 
 
-def _usage_of(events: EventLog) -> dict[str, float]:
-    """Token usage summed from the LLM output events (what a cut-off task had spent)."""
-    total: dict[str, float] = {}
-    for e in events.events:
-        if isinstance(e, LLMOutputEvent) and e.usage:
-            for k, v in e.usage.items():
-                total[k] = total.get(k, 0) + v
-    return total
-
-
 class RolloutWorker:
     """Async actor: one MCP session (opened on first task), several tasks at once."""
 
@@ -108,7 +98,7 @@ class RolloutWorker:
             metadata=dict(q.metadata),
             messages=outcome.messages if outcome else [],
             status=status,
-            usage=dict(outcome.usage) if outcome else _usage_of(events),
+            usage=dict(outcome.usage) if outcome else events.usage(),  # what a cut-off task had spent
             events=events.to_json(),
             attempts=attempt,
         ).to_json()

@@ -51,3 +51,15 @@ class Agent(Protocol):
     """
 
     async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult: ...
+
+
+def query_functions(tool_specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The offered tools (their `function` objects) that take a string `query`: the search tools."""
+    found = []
+    for spec in tool_specs:
+        function = spec.get("function", spec) if isinstance(spec, dict) else {}
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        query = properties.get("query") if isinstance(properties, dict) else None
+        if isinstance(query, dict) and query.get("type", "string") == "string" and function.get("name"):
+            found.append(function)
+    return found

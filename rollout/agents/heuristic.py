@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.records import ToolResult
-from rollout.agents.base import AgentResult, TaskTools
+from rollout.agents.base import AgentResult, TaskTools, query_functions
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.agents.heuristic_reading import (
     IDENTIFIER,
@@ -70,12 +70,8 @@ class RetrievalTool:
 def find_retrieval_tools(tool_specs: list[dict[str, Any]]) -> list[RetrievalTool]:
     """The offered tools that take a string `query`, with the kind their name or description states."""
     found = []
-    for spec in tool_specs:
-        function = spec.get("function", spec) if isinstance(spec, dict) else {}
-        properties = (function.get("parameters") or {}).get("properties") or {}
-        query = properties.get("query") if isinstance(properties, dict) else None
-        if not isinstance(query, dict) or query.get("type", "string") != "string" or not function.get("name"):
-            continue
+    for function in query_functions(tool_specs):
+        properties = function["parameters"]["properties"]
         words = f"{function.get('name', '')} {function.get('description', '')}".lower()
         if any(w in words for w in _LISTING_WORDS):
             continue

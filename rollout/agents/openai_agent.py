@@ -31,7 +31,6 @@ FINAL_TURN_PROMPT = "You have used all your tool calls. Answer the question now 
 _ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+answer|answer)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*(.*)$",
                           re.IGNORECASE | re.MULTILINE)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def extract_answer(content: str | None) -> str:
@@ -142,7 +141,6 @@ class OpenAIAgent:
             {"role": "system", "content": tools.system_prompt},
             {"role": "user", "content": question},
         ]
-        usage: dict[str, float] = {}
         for turn in range(1, self.max_turns + 1):
             final = turn == self.max_turns
             if final and turn > 1:
@@ -152,7 +150,6 @@ class OpenAIAgent:
                 messages, tools=specs or None, tool_choice="none" if final else None,
                 parallel_tool_calls=self.parallel_tool_calls,
             )
-            self._add_usage(usage, reply.usage)
             content, thinking = split_thinking(reply.content)
             thinking = "\n".join(filter(None, [reply.reasoning, thinking])) or None
             calls = [] if final else reply.tool_calls
@@ -171,7 +168,7 @@ class OpenAIAgent:
             if not calls:
                 if reply.finish_reason == "length":
                     logger.debug("turn %d: the answer was cut at llm.sampling.max_tokens", turn)
-                return AgentResult(extract_answer(content), turn, messages, self._total(usage))
+                return AgentResult(extract_answer(content), turn, messages, self._total(events.usage()))
             for call, arguments, problem in parsed:
                 text = problem if arguments is None else (await self._call(tools, call.name, arguments)).text
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
@@ -192,13 +189,6 @@ class OpenAIAgent:
             message["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         return message
-
-    @staticmethod
-    def _add_usage(total: dict[str, float], step: dict[str, int] | None) -> None:
-        """Add one request's tokens; an endpoint that reports none leaves the total empty, not zero."""
-        if step:
-            for key in _TOKEN_KEYS:
-                total[key] = total.get(key, 0) + step.get(key, 0)
 
     def _total(self, usage: dict[str, float]) -> dict[str, float]:
         cost = self.settings.cost_usd(usage)

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from envs.records import ToolResult
-from rollout.agents.base import AgentResult, TaskTools
+from rollout.agents.base import AgentResult, TaskTools, query_functions
 from rollout.errors import ConfigError
 from rollout.events import EventLog, LLMOutputEvent
 
@@ -27,13 +27,8 @@ ANSWER_CHARS = 80
 
 def query_tool(tool_specs: list[dict[str, Any]]) -> str | None:
     """The first offered tool whose parameters take a string `query`."""
-    for spec in tool_specs:
-        function = spec.get("function", spec) if isinstance(spec, dict) else {}
-        properties = (function.get("parameters") or {}).get("properties") or {}
-        query = properties.get("query") if isinstance(properties, dict) else None
-        if isinstance(query, dict) and query.get("type", "string") == "string" and function.get("name"):
-            return str(function["name"])
-    return None
+    found = query_functions(tool_specs)
+    return str(found[0]["name"]) if found else None
 
 
 def answer_from(result: ToolResult | None) -> str:

@@ -199,7 +199,7 @@ def _score_run(run_dir: Path, label: str) -> _ScoredRun:
         if s["total_tokens"] is not None:
             tokens.append(float(s["total_tokens"]))
         timeouts += s["timeout"]
-        errors += s["error"] and not s["timeout"]
+        errors += s["error"]
     if duplicates:
         logger.warning("%s: %d repeated task ids; kept the first line of each", run_dir / TRAJECTORY_FILE, duplicates)
     n = len(em)

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from rollout.agents.simulated import query_tool
 from rollout.gateway.server import bind_socket
 from tests.gateway.loopback import serving
 
@@ -159,14 +160,6 @@ class ChatServer:
         ])
 
 
-def _query_tool(tools: list[dict[str, Any]]) -> str | None:
-    for spec in tools:
-        function = spec.get("function") or {}
-        if "query" in ((function.get("parameters") or {}).get("properties") or {}):
-            return function.get("name")
-    return None
-
-
 def _text(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -177,7 +170,7 @@ def default_reply(body: dict[str, Any]) -> Reply:
     """The unscripted policy (see the module docstring)."""
     messages = body.get("messages") or []
     tool_results = [m for m in messages if m.get("role") == "tool"]
-    tool = _query_tool(body.get("tools") or [])
+    tool = query_tool(body.get("tools") or [])
     if tool is not None and not tool_results and body.get("tool_choice") != "none":
         question = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
         return tool_calls((tool, {"query": question}))
