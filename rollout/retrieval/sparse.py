@@ -342,5 +342,5 @@ def _read_meta(path: Path) -> tuple[SparseParams, int]:
         return _checked(SparseParams(**meta["params"])), int(meta["num_passages"])
     except (KeyError, TypeError, ValueError) as e:
         raise RetrievalError(
-            f"{meta_path} has no valid params ({e}); delete the directory and rebuild the index"
+            f"{path / _META} has no valid params ({e}); delete the directory and rebuild the index"
         ) from e

@@ -224,6 +224,15 @@ def test_load_rejects_other_versions(tmp_path: Path, random_passages: MakePassag
         BM25Retriever.load(tmp_path)
 
 
+@pytest.mark.parametrize("params", [None, {"backend": "bm25s", "k1": "fast"}, {"nonsense": 1}])
+def test_load_with_broken_params_names_the_file(tmp_path: Path, random_passages: MakePassages, params: object) -> None:
+    BM25Retriever.build(random_passages(3, 0)).save(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "params": params}))
+    with pytest.raises(RetrievalError, match=r"meta\.json has no valid params.*rebuild"):
+        BM25Retriever.load(tmp_path)
+
+
 def test_load_from_missing_directory_says_how_to_build(tmp_path: Path) -> None:
     with pytest.raises(RetrievalError, match=r"BM25Retriever\.build"):
         BM25Retriever.load(tmp_path / "nothing")
