@@ -73,14 +73,22 @@ class RolloutWorker:
         status: TaskStatus = "ok"
         error: str | None = None
         session: TaskSession | None = None
+        # Only this deadline makes a "timeout": a TimeoutError from inside (the gateway not
+        # answering within call_timeout_s, an agent's own wait) is that task's error.
+        deadline = asyncio.timeout(self.task_timeout_s)
         try:
             env = await self._get_env()
             session = env.for_task(q.id, events)
-            outcome = await asyncio.wait_for(self.agent.run(q.question, session, events), self.task_timeout_s)
+            async with deadline:
+                outcome = await self.agent.run(q.question, session, events)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
-        except TimeoutError:
-            status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
-            events.emit(ErrorEvent(kind="timeout", message=error))
+        except TimeoutError as e:
+            if deadline.expired():
+                status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
+            else:
+                logger.warning("task %s failed: %s", q.id, e)
+                status, error = "error", f"TimeoutError: {e}"
+            events.emit(ErrorEvent(kind=status, message=error))
         except Exception as e:  # one task's failure must not end the run
             logger.warning("task %s failed: %s", q.id, e)
             status, error = "error", f"{type(e).__name__}: {e}"

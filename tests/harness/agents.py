@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -22,3 +23,12 @@ class CrashOnceAgent:
             os._exit(1)  # the actor dies with every task it was running
         events.emit(LLMOutputEvent(turn=1, content="pass"))
         return AgentResult(prediction="pass", turns=1, messages=[])
+
+
+class InnerTimeoutAgent:
+    """Searches once, then a wait of its own runs out (as an agent's own time limit would)."""
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+        await tools.call_tool("query_knowledge_base_sparse", {"query": question})
+        await asyncio.wait_for(asyncio.Event().wait(), timeout=0.05)
+        raise AssertionError("unreachable: the wait above always times out")

@@ -1,0 +1,41 @@
+"""RolloutWorker outside Ray against a real gateway: what a result says when a wait inside a task runs out."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout.data.records import Passage
+from rollout.gateway.config import GATEWAYS_DIR
+from rollout.gateway.knowledge import KnowledgeBase
+from rollout.retrieval import BM25Retriever
+from rollout.worker import RolloutWorker
+from tests.conftest import gateway_on_loopback
+
+PASSAGES = [Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961.")]
+GATEWAY = GATEWAYS_DIR / "rag_sparse_only.json"
+QUESTION = {"id": "q1", "question": "Where was Arlen Voss born?", "golden_answers": ["Kelmor"]}
+
+
+@pytest.mark.parametrize(
+    ("agent", "task_timeout_s", "status", "message"),
+    [
+        # The agent's own wait runs out long before the task's limit: its error, not a task timeout.
+        ({"_target_": "tests.harness.agents.InnerTimeoutAgent"}, 60, "error", "TimeoutError: "),
+        # The task's limit itself.
+        ({"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 5.0}, 0.3, "timeout",
+         "task exceeded its time limit of 0.3 s"),
+    ],
+)
+async def test_only_the_task_deadline_makes_a_timeout(
+    tmp_path, agent: dict, task_timeout_s: float, status: str, message: str
+) -> None:
+    kb = KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
+    with gateway_on_loopback(GATEWAY, kb, tmp_path) as url:
+        worker = RolloutWorker("w0", {"url": url, "gateway_config_path": str(GATEWAY)}, agent,
+                               task_timeout_s=task_timeout_s)
+        try:
+            result = await worker.run_task(QUESTION)
+        finally:
+            await worker.close()
+    assert (result["status"], result["events"][-1]["kind"]) == (status, status)
+    assert result["error"].startswith(message)
