@@ -42,6 +42,26 @@ from rollout.gateway.toolsets import TOOLSETS_GROUP
 
 logger = logging.getLogger(__name__)
 
+
+class _OneLineStreamErrors(logging.Filter):
+    """The SDK's transports log a full traceback at ERROR when their stream breaks under them.
+
+    A broken stream is a lost session, which this module reports and repairs itself, so the
+    SDK's record becomes one WARNING line naming the exception: no traceback wall on the
+    console of a run whose gateway restarts.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg, record.args = f"{record.getMessage()}: {describe(root_cause(record.exc_info[1]))}", None
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+for _transport in ("mcp.client.sse", "mcp.client.streamable_http"):
+    logging.getLogger(_transport).addFilter(_OneLineStreamErrors())
+
 DEFAULT_SYSTEM_PROMPT = (
     "You answer questions using the tools provided. Call a tool when you need information, "
     "then reply with a short final answer only."

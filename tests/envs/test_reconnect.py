@@ -123,8 +123,9 @@ async def test_close_while_reconnecting_returns_promptly_and_ends_waiting_calls(
     assert "closed" in result.text, result.text
 
 
-async def test_calls_over_sse_wait_for_the_restarted_gateway(tmp_path):
+async def test_calls_over_sse_wait_for_the_restarted_gateway(tmp_path, caplog):
     # Over SSE the broken event stream ends the session by itself, before any call notices.
+    caplog.set_level(logging.DEBUG, logger="mcp.client")
     with GatewayProcess(gateway_args(tmp_path, transport="sse"), ready_timeout_s=120) as gw:
         url = gw.wait_ready()
         async with HttpMCPRagEnv(url, SPARSE_FILE) as env:
@@ -140,6 +141,10 @@ async def test_calls_over_sse_wait_for_the_restarted_gateway(tmp_path):
     assert waiting
     assert [r.ok for r in results] == [True] * 4, [r.text for r in results if not r.ok]
     assert reconnects == 1
+    # The SDK reports the broken stream, in one line each: reconnecting is handled, no traceback is due.
+    sdk = [r for r in caplog.records if r.name.startswith("mcp.client")]
+    assert any(r.levelno == logging.WARNING and "Error in sse_reader" in r.getMessage() for r in sdk)
+    assert not [r.getMessage() for r in sdk if r.exc_info or r.levelno > logging.WARNING]
 
 
 async def test_a_gateway_back_with_other_tools_fails_calls_and_says_why(tmp_path):
