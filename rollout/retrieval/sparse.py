@@ -1,7 +1,7 @@
 """BM25 keyword index with two interchangeable backends that give the same scores.
 
 `bm25s` (the default) precomputes every (term, passage) score into a sparse matrix and
-answers a query with a few numpy passes over the postings of its terms; `rank_bm25` is the
+answers a query with two compiled passes over the postings of its terms; `rank_bm25` is the
 reference implementation, hundreds of times slower on a large corpus. Both index the tokens of the
 shared `tokenize` with the same options and score with Okapi BM25 as rank_bm25's
 `BM25Okapi(epsilon=0)` defines it:
@@ -16,9 +16,13 @@ ties going to the lower row, so both backends return the same passages in the sa
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,12 +48,16 @@ _META = "meta.json"
 _VOCAB = "vocab.json"
 _TOKEN_IDS = "token_ids.npy"
 _OFFSETS = "offsets.npy"
+_QUERIES_PER_THREAD = 32
+"""A batch gets a thread per core once each thread has at least this many queries."""
 
 
 class _Scorer(Protocol):
     """One backend: BM25 scores of a tokenized query, and its own files on disk."""
 
     num_passages: int
+    parallel: bool
+    """Whether `candidates` runs in parallel from several threads (it releases the GIL)."""
 
     def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Ascending row numbers (int64) and float64 scores of passages that may be among the k best.
@@ -65,13 +73,21 @@ class _Scorer(Protocol):
 class _Bm25sScorer:
     """bm25s' precomputed (passage, term) score matrix, read column by column."""
 
+    parallel = True
+
     def __init__(self, model: bm25s.BM25) -> None:
         self._model = model
         self._vocab: dict[str, int] = model.vocab_dict
-        self._data: np.ndarray = model.scores["data"]
-        self._doc_ids: np.ndarray = model.scores["indices"]
-        self._indptr: np.ndarray = model.scores["indptr"]
+        # Plain ndarray views of the (memory-mapped) arrays: np.memmap's Python-level indexing
+        # hooks cost more than the lookups themselves.
+        self._data: np.ndarray = np.asarray(model.scores["data"])
+        self._doc_ids: np.ndarray = np.asarray(model.scores["indices"])
+        self._indptr: np.ndarray = np.asarray(model.scores["indptr"])
         self.num_passages = int(model.scores["num_docs"])
+        # Corpus-sized score arrays, all zero between searches; one per search in flight (the
+        # gateway searches from several threads, and the kernel releases the GIL).
+        self._free_buffers: list[np.ndarray] = []
+        self._buffers_lock = threading.Lock()
 
     @classmethod
     def build(cls, corpus: list[list[str]], params: SparseParams) -> _Bm25sScorer:
@@ -100,28 +116,22 @@ class _Bm25sScorer:
         return cls(model)
 
     def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        spans = [(int(self._indptr[t]), int(self._indptr[t + 1])) for t in self._term_ids(query)]
-        if not spans:
+        terms = np.asarray(self._term_ids(query), dtype=np.int64)
+        if len(terms) == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        # Postings term after term, so a passage's sum adds terms in query order as rank_bm25 does.
-        docs = np.concatenate([self._doc_ids[start:end] for start, end in spans])
-        weights = np.concatenate([self._data[start:end] for start, end in spans])
-        scores = np.bincount(docs, weights=weights, minlength=self.num_passages)
-        # Any k passages bound the k-th best score from below; those of the rarest term with at
-        # least k passages give a tight bound cheaply, and only passages reaching it need ranking.
-        bound = 0.0
-        start, end = min((s for s in spans if s[1] - s[0] >= k), key=lambda s: s[1] - s[0], default=(0, 0))
-        if end - start >= k:
-            sample = scores[self._doc_ids[start:end]]
-            bound = float(np.partition(sample, len(sample) - k)[len(sample) - k])
-        rows = np.flatnonzero(scores >= bound) if bound > 0 else np.flatnonzero(scores > 0)
-        found = scores[rows]
+        with self._buffers_lock:
+            buffer = self._free_buffers.pop() if self._free_buffers else np.zeros(self.num_passages, dtype=np.float64)
+        kernel = _postings_kernel()
+        rows, scores = kernel(self._indptr[terms], self._indptr[terms + 1], self._doc_ids, self._data, buffer, k)
+        # Only a buffer the kernel finished with is all zero again and fit for the next search.
+        with self._buffers_lock:
+            self._free_buffers.append(buffer)
         if len(rows) > 2 * k:
             # Of many passages tied at the lowest score only the k lowest rows can make the cut.
-            tied = found == found.min()
+            tied = scores == scores.min()
             keep = ~tied | (np.cumsum(tied) <= k)
-            rows, found = rows[keep], found[keep]
-        return rows, found
+            rows, scores = rows[keep], scores[keep]
+        return rows, scores
 
     def _term_ids(self, query: list[str]) -> list[int]:
         vocab = self._vocab
@@ -131,8 +141,71 @@ class _Bm25sScorer:
         self._model.save(path, show_progress=False)
 
 
+@functools.cache
+def _postings_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    """`sum_postings`, compiled by numba on first use and cached on disk for later processes.
+
+    Two passes over the query terms' postings and nothing the size of the corpus: numpy needed
+    a corpus-sized bincount and scan per query. The kernel releases the GIL, so searches from
+    several threads use several cores.
+    """
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def sum_postings(
+        starts: np.ndarray, ends: np.ndarray, doc_ids: np.ndarray, data: np.ndarray, scores: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Ascending rows and scores of the passages scoring above 0 and at least the k-th best score.
+
+        `scores` has one slot per passage, all zero on entry; it is left all zero.
+        """
+        # Pass 1: postings term after term from 0.0, so a passage's sum adds terms in query
+        # order as rank_bm25 does.
+        for t in range(len(starts)):
+            for j in range(starts[t], ends[t]):
+                scores[doc_ids[j]] += data[j]
+        # Pass 2: read each passage's sum once (zeroing it marks it read and cleans up), keep a
+        # running top k, and keep every passage that reaches the running k-th best so far.
+        best = np.zeros(k, dtype=np.float64)  # ascending; best[0] is the k-th best so far
+        size = 0
+        for t in range(len(starts)):
+            size += ends[t] - starts[t]
+        rows = np.empty(size, dtype=np.int64)
+        found = np.empty(size, dtype=np.float64)
+        n = 0
+        for t in range(len(starts)):
+            for j in range(starts[t], ends[t]):
+                row = doc_ids[j]
+                score = scores[row]
+                if score == 0.0:
+                    continue
+                scores[row] = 0.0
+                if score > 0.0 and score >= best[0]:
+                    rows[n] = row
+                    found[n] = score
+                    n += 1
+                    if score > best[0]:
+                        i = 0
+                        while i + 1 < k and best[i + 1] < score:
+                            best[i] = best[i + 1]
+                            i += 1
+                        best[i] = score
+        kept = 0
+        for i in range(n):
+            if found[i] >= best[0]:
+                rows[kept] = rows[i]
+                found[kept] = found[i]
+                kept += 1
+        order = np.argsort(rows[:kept])
+        return rows[:kept][order], found[:kept][order]
+
+    return sum_postings
+
+
 class _RankBm25Scorer:
     """rank_bm25's BM25Okapi, kept beside the token ids it was built from (for `save`)."""
+
+    parallel = False
 
     def __init__(self, vocab: list[str], token_ids: np.ndarray, offsets: np.ndarray, params: SparseParams) -> None:
         self._vocab = vocab
@@ -232,8 +305,9 @@ class BM25Retriever:
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """The k best passages per query, best first; ties go to the lower row.
 
-        The batch is tokenized in one pass; each query then costs a few numpy passes over the
-        postings of its terms (bm25s) or one `get_scores` call (rank_bm25).
+        The batch is tokenized in one pass; each query then costs two compiled passes over the
+        postings of its terms (bm25s; a large batch is shared among a thread per core) or one
+        `get_scores` call (rank_bm25).
         """
         check_k(k)
         if isinstance(queries, str):
@@ -241,10 +315,19 @@ class BM25Retriever:
         tokens = tokenize_batch(queries, stopwords=self._params.stopwords, stemming=self._params.stemming)
         hits = empty_hits(len(tokens), k)
         take = min(k, self.num_passages)
-        for row, query in enumerate(tokens):
-            rows, scores = _best(*self._scorer.candidates(query, take), take)
-            hits.indices[row, :take] = rows
-            hits.scores[row, :take] = scores
+
+        def rank(rows: range) -> None:
+            for row in rows:
+                found, scores = _best(*self._scorer.candidates(tokens[row], take), take)
+                hits.indices[row, :take] = found
+                hits.scores[row, :take] = scores
+
+        threads = min(os.cpu_count() or 1, len(tokens) // _QUERIES_PER_THREAD) if self._scorer.parallel else 1
+        if threads <= 1:
+            rank(range(len(tokens)))
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(rank, (range(i, len(tokens), threads) for i in range(threads))))
         return hits
 
     def save(self, path: Path) -> None:

@@ -1,5 +1,6 @@
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from rollout.data.records import Passage
-from rollout.retrieval import BM25Retriever, Hits, RetrievalError, Retriever, SparseParams, tokenize
+from rollout.retrieval import BM25Retriever, Hits, RetrievalError, Retriever, SparseParams, sparse, tokenize
 
 MakePassages = Callable[[int, int], list[Passage]]
 MakeQueries = Callable[[int, int], list[str]]
@@ -66,6 +67,44 @@ def test_k1_and_b_move_both_backends_alike(random_passages: MakePassages, random
         np.testing.assert_allclose(fast.scores, ref.scores, rtol=1e-6)
         # The parameter really changed the scores.
         assert not np.allclose(fast.scores, results["bm25s", 1.5, 0.75].scores)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_large_batch_shared_among_threads_equals_the_reference(
+    backend: str, random_passages: MakePassages, random_queries: MakeQueries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four queries per thread and at least two threads, whatever this machine's core count.
+    monkeypatch.setattr(sparse, "_QUERIES_PER_THREAD", 4)
+    monkeypatch.setattr(sparse.os, "cpu_count", lambda: 3)
+    passages, queries = random_passages(120, 21), random_queries(40, 22)
+    retriever = BM25Retriever.build(passages, SparseParams(backend=backend))
+    hits = retriever.search(queries, k=6)
+    _assert_matches_reference(hits, passages, queries, 6)
+
+
+def test_searches_from_many_threads_at_once_equal_sequential_ones(
+    random_passages: MakePassages, random_queries: MakeQueries
+) -> None:
+    # The index reuses zeroed score arrays between searches; concurrent searches must not share one.
+    passages = random_passages(4000, 23)
+    queries = [" ".join(random_queries(6, seed)) for seed in range(64)]  # long queries: long kernel runs
+    retriever = BM25Retriever.build(passages)
+    expected = [retriever.search([q], 8) for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda q: retriever.search([q], 8), queries))
+            for one, reference in zip(got, expected, strict=True):
+                np.testing.assert_array_equal(one.indices, reference.indices)
+                np.testing.assert_array_equal(one.scores, reference.scores)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_repeated_query_word_counts_each_time(backend: str, random_passages: MakePassages) -> None:
+    passages = random_passages(50, 25)
+    queries = ["castle castle river", "castle river", "comet comet comet", "comet"]
+    hits = BM25Retriever.build(passages, SparseParams(backend=backend)).search(queries, k=5)
+    _assert_matches_reference(hits, passages, queries, 5)
+    np.testing.assert_allclose(hits.scores[2], 3 * hits.scores[3], rtol=1e-6)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
