@@ -82,17 +82,13 @@ class RolloutWorker:
             async with deadline:
                 outcome = await self.agent.run(q.question, session, events)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
-        except TimeoutError as e:
-            if deadline.expired():
+        except Exception as e:  # one task's failure must not end the run
+            if isinstance(e, TimeoutError) and deadline.expired():
                 status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
             else:
                 logger.warning("task %s failed: %s", q.id, e)
-                status, error = "error", f"TimeoutError: {e}"
+                status, error = "error", f"{type(e).__name__}: {e}"
             events.emit(ErrorEvent(kind=status, message=error))
-        except Exception as e:  # one task's failure must not end the run
-            logger.warning("task %s failed: %s", q.id, e)
-            status, error = "error", f"{type(e).__name__}: {e}"
-            events.emit(ErrorEvent(kind="error", message=error))
         return TaskResult(
             id=q.id,
             question=q.question,
