@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Protocol
 
 import ray
@@ -44,6 +47,42 @@ class Gateway(Protocol):
     def is_alive(self) -> bool: ...
 
     def restart(self) -> str: ...
+
+
+class _CtrlC:
+    """Ctrl-C presses noted by a SIGINT handler, for the loop to act on between its steps."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.pressed:  # pressed twice: stop wherever the loop is
+            raise KeyboardInterrupt
+        self.pressed = True
+
+    def raise_if_pressed(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _ctrl_c_between_steps() -> Iterator[_CtrlC]:
+    """Turn Ctrl-C into a KeyboardInterrupt at the top of the scheduling loop.
+
+    Python raises it wherever the main thread is, which here is mostly inside Ray's calls
+    (`ray.wait`, `ray.get`); a loop step takes at most POLL_S plus a result's handling, so
+    a press still stops the run promptly, at a point where nothing is half done. Off the main
+    thread (no signal handler can be set there) Python's default applies.
+    """
+    ctrl_c = _CtrlC()
+    if threading.current_thread() is not threading.main_thread():
+        yield ctrl_c
+        return
+    previous = signal.signal(signal.SIGINT, ctrl_c.handle)
+    try:
+        yield ctrl_c
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @dataclass(slots=True)
@@ -98,13 +137,15 @@ class Scheduler:
         n_workers = max(1, min(self.cfg.workers, len(questions)))
         self._slots = [_Slot(f"worker-{i}", self._new_actor(f"worker-{i}")) for i in range(n_workers)]
         try:
-            while queue or self._pending:
-                self._fill(queue)
-                for ref in self._finished():
-                    self._collect(ref, queue)
+            with _ctrl_c_between_steps() as ctrl_c:
+                while queue or self._pending:
+                    ctrl_c.raise_if_pressed()
+                    self._fill(queue)
+                    for ref in self._finished():
+                        self._collect(ref, queue)
+                    self._drain_events()
+                    self._watch_gateway()
                 self._drain_events()
-                self._watch_gateway()
-            self._drain_events()
         finally:
             self._shutdown()
 
