@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 FAISS_BLAS_THRESHOLD_DEFAULT = int(faiss.cvar.distance_compute_blas_threshold)
 """faiss' own setting (128,000 in faiss 1.15), kept for `bench/retrieval.py` to compare against."""
 # faiss scores a batch through BLAS only above this many queries. Through BLAS, flat search
-# over 100k x 384 measured 2-3x faster in batches of 16 and 64 on a 2-core machine, and the
+# over 100k x 384 measured 2-5x faster in batches of 16 and 64 on a 2-core machine, and the
 # same for single queries (`bench/retrieval.py` prints the ratios).
 faiss.cvar.distance_compute_blas_threshold = 1
 
