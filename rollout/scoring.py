@@ -13,6 +13,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from rollout.jsonl import iter_jsonl
 from rollout.metrics import contains_answer, exact_match, f1_score, retrieval_recall
 from rollout.records import TaskResult
 
@@ -27,19 +28,20 @@ LARGE_FIELDS = ("messages", "events")
 
 
 def iter_trajectory(path: Path) -> Iterator[TaskResult]:
-    """The tasks of a trajectory file, one at a time, without their messages and events; a line
-    that is not a task record (one cut short when a run was killed mid-write) is skipped with a warning."""
-    with Path(path).open(encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                for key in LARGE_FIELDS:
-                    data.pop(key, None)
-                yield TaskResult.from_json(data)
-            except (ValueError, TypeError, AttributeError) as e:
-                logger.warning("%s:%d: skipping a line that is not a task record (%s; half-written?)", path, lineno, e)
+    """The tasks of a trajectory file, one at a time, without their messages and events.
+
+    Lines that are not JSON objects are skipped with a warning (`iter_jsonl`), and so are
+    records that are not tasks.
+    """
+    for data in iter_jsonl(path):
+        for key in LARGE_FIELDS:
+            data.pop(key, None)
+        try:
+            task = TaskResult.from_json(data)
+        except (ValueError, TypeError, AttributeError) as e:
+            logger.warning("%s: skipping a record that is not a task (%s)", path, e)
+            continue
+        yield task
 
 
 def score_task(r: TaskResult) -> dict[str, Any]:

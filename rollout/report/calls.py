@@ -9,9 +9,7 @@ that does not parse is skipped with a warning, never fatal.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pandas as pd
 import yaml
 
 from rollout.gateway.stats import CALLS_FILE
+from rollout.jsonl import iter_jsonl, read_jsonl
 from rollout.report.errors import NotARunFolderError
 from rollout.scoring import TRAJECTORY_FILE
 
@@ -38,31 +37,6 @@ CLIENT_COLUMNS = ("rtt_ms", "client_outcome", "arguments", "result_doc_ids")
 
 CALL_COLUMNS = (*GATEWAY_COLUMNS, *CLIENT_COLUMNS, "gold_doc_ids", "mode", "run_dir")
 """Columns of `load_calls`: `gold_doc_ids` is the task's gold list (None when unknown)."""
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """JSON objects of a jsonl file; [] when the file is missing; unreadable lines skipped with a warning."""
-    return list(iter_jsonl(path))
-
-
-def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """`read_jsonl` one object at a time, for files too long to hold (a trajectory of many tasks)."""
-    path = Path(path)
-    if not path.is_file():
-        return
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                logger.warning("%s:%d: skipping a line that is not valid JSON (%s; half-written?)", path, lineno, e.msg)
-                continue
-            if not isinstance(row, dict):
-                logger.warning("%s:%d: skipping a line that is not a JSON object", path, lineno)
-                continue
-            yield row
 
 
 def run_mode(run_dir: Path) -> str:
