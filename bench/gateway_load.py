@@ -147,7 +147,7 @@ async def _client_phase(url: str, kind: str, first: int, sessions: int, calls: i
                         queries: list[str], start: Any, end: Any) -> dict[str, Any]:
     from mcp.client.client import Client
 
-    from rollout.gateway.stats import META_CALL_ID
+    from rollout.wire import META_CALL_ID
 
     opened, all_open, go, done = 0, asyncio.Event(), asyncio.Event(), asyncio.Event()
     finished, sent, latencies, errors = 0, [], [], 0

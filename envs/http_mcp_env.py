@@ -28,16 +28,15 @@ from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT, CallToolResult, Tool
 
-from envs.records import Outcome, ToolCallRecord, ToolResult
+from envs.records import ToolCallRecord, ToolResult
 from envs.schema import mcp_tool_to_function
 from envs.task_session import TaskSession
 from rollout.errors import GatewayError
 from rollout.events import EventLog
 from rollout.gateway.auth import auth_headers, resolve_token
 from rollout.gateway.config import GatewayFile, load_gateway_file
-from rollout.gateway.server import META_GROUP
 from rollout.gateway.sessions import describe, mcp_client, root_cause
-from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, META_WORKER_ID
+from rollout.wire import META_ATTEMPT, META_CALL_ID, META_GROUP, META_TASK_ID, META_WORKER_ID, Outcome, classify_result
 from rollout.gateway.toolsets import TOOLSETS_GROUP
 
 logger = logging.getLogger(__name__)
@@ -375,12 +374,12 @@ class HttpMCPEnv:
 
     # --- calls ------------------------------------------------------------------------------------
 
-    def for_task(self, task_id: str, events: EventLog | None = None) -> TaskSession:
-        """The tool surface one task sees; it records that task's calls (and emits them to `events`)."""
-        return TaskSession(self, task_id, events)
+    def for_task(self, task_id: str, events: EventLog | None = None, attempt: int = 1) -> TaskSession:
+        """The tool surface one attempt at a task sees; it records that attempt's calls (and emits them to `events`)."""
+        return TaskSession(self, task_id, events, attempt)
 
     async def call(
-        self, name: str, arguments: dict[str, Any], task_id: str, call_id: str | None = None
+        self, name: str, arguments: dict[str, Any], task_id: str, call_id: str | None = None, attempt: int = 1
     ) -> tuple[ToolResult, ToolCallRecord]:
         """Call a tool for a task; failures become error results, never exceptions.
 
@@ -394,7 +393,7 @@ class HttpMCPEnv:
             return self._finish(call_id, name, arguments, started, t0, False, "unknown_tool", text, None, False)
         if self._owner is None:
             raise RuntimeError("environment is not started: use `async with env:` or `await env.start()`")
-        meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id}
+        meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id, META_ATTEMPT: attempt}
         used, retried = 0, False
         while True:
             client, used, why = await self._session(used, self.reconnect_timeout_s)
@@ -431,11 +430,10 @@ class HttpMCPEnv:
     def _from_result(
         self, call_id: str, name: str, arguments: dict[str, Any], started: float, t0: float, result: CallToolResult
     ) -> tuple[ToolResult, ToolCallRecord]:
+        ok, outcome, _, _ = classify_result(result)
         text = "\n".join(getattr(c, "text", "") for c in result.content).strip()
-        if result.is_error:
-            outcome: Outcome = "invalid_arguments" if "validation error" in text else "tool_error"
-            return self._finish(call_id, name, arguments, started, t0, False, outcome, text, None, True)
-        return self._finish(call_id, name, arguments, started, t0, True, "ok", text, result.structured_content, True)
+        structured = result.structured_content if ok else None
+        return self._finish(call_id, name, arguments, started, t0, ok, outcome, text, structured, True)
 
     @staticmethod
     def _finish(

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
-Outcome = Literal["ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "transport_error"]
-"""How a call ended: the first four match the gateway's stats categories; the last two never reached a result."""
+from rollout.wire import Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +33,7 @@ class ToolCallRecord:
     ok: bool
     """True when the tool answered without error."""
     outcome: Outcome
-    """Category of the result."""
+    """Category of the result (`rollout.wire.Outcome`), the same word the gateway's ledger records."""
     error: str | None
     """Error text when not ok."""
     started: float

@@ -19,9 +19,11 @@ EVENT_TEXT_LIMIT = 2000
 class TaskSession:
     """One task's view of an environment (implements `rollout.agents.base.TaskTools`)."""
 
-    def __init__(self, env: HttpMCPEnv, task_id: str, events: EventLog | None = None):
+    def __init__(self, env: HttpMCPEnv, task_id: str, events: EventLog | None = None, attempt: int = 1):
         self.env = env
         self.task_id = task_id
+        self.attempt = attempt
+        """Which start of the task this is; the gateway's ledger records it with every call."""
         self.calls: list[ToolCallRecord] = []
         self.events = events
         config = env.gateway_config
@@ -43,7 +45,7 @@ class TaskSession:
         call_id = uuid.uuid4().hex
         if self.events is not None:
             self.events.emit(ToolCallEvent(call_id=call_id, name=name, arguments=dict(arguments)))
-        result, record = await self.env.call(name, arguments, self.task_id, call_id)
+        result, record = await self.env.call(name, arguments, self.task_id, call_id, self.attempt)
         self.calls.append(record)
         if self.events is not None:
             self.events.emit(ToolResultEvent(

@@ -29,10 +29,10 @@ from rollout.gateway.server import plan_gateway
 from rollout.progress import RunProgress
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
-from rollout.report.calls import STATS_DIR
 from rollout.resume import Fingerprint, finished_tasks, start_fresh
 from rollout.scheduler import Scheduler
-from rollout.scoring import TRAJECTORY_FILE, iter_trajectory, print_summary, summarize, write_summary
+from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
+from rollout.scoring import print_summary, summarize
 from rollout.view_render import format_live_event
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def run(cfg: RunConfig) -> RunOutcome:
         env_kwargs = env_kwargs_for(cfg, url)
         finished = finished_tasks(out, Fingerprint.of(cfg.gateway_config_path, offered_tool_specs(env_kwargs)))
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
-        todo = [q for q in data.questions if q.id not in finished]
+        todo = [q for q in data.questions if (q.id, 0) not in finished]
         already = len(data.questions) - len(todo)
         if already:
             logger.info("Resuming: %d of %d tasks already finished in %s", already, len(data.questions), out)
@@ -174,8 +174,7 @@ def run(cfg: RunConfig) -> RunOutcome:
                 RunProgress(len(data.questions), already, enabled=cfg.progress) as progress:
 
             def on_result(result: TaskResult) -> None:
-                trajectory.write(json.dumps(result.to_json()) + "\n")
-                trajectory.flush()
+                append_task(trajectory, result)
                 progress.add(result)
 
             def on_events(events: list[tuple[str, dict[str, Any]]]) -> None:

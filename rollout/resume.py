@@ -1,10 +1,14 @@
 """Resuming a run in its output folder: which tasks are finished, and whether the tools are the same.
 
 A run records `fingerprint.json`: a hash of its gateway file and of the tool schemas the agent
-saw. Rerunning into the same folder keeps the finished tasks (status ok or timeout) and runs the
-rest; tasks that ended in an error are run again, since errors are mostly transient (an endpoint
-down, a worker lost). Resuming with a different fingerprint would mix two experiments in one
-trajectory, so it is refused with what differs.
+saw. Rerunning into the same folder keeps the finished tasks (status ok) and runs the rest: tasks
+that ended in an error, a timeout or an infrastructure failure run again, since those are mostly
+transient (an endpoint down, a worker lost, a gateway restarting). Resuming with a different
+fingerprint would mix two experiments in one trajectory, so it is refused with what differs.
+
+The gateway's call ledger is never rewritten: the tool report counts only the calls of the task
+records the trajectory keeps (joined on call id), and lists the rest as discarded attempts. So a
+crash or Ctrl-C at any point leaves a complete ledger.
 """
 
 from __future__ import annotations
@@ -13,21 +17,18 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import ConfigError
-from rollout.gateway.stats import CALLS_FILE
-from rollout.report.calls import STATS_DIR
-from rollout.scoring import TRAJECTORY_FILE
+from rollout.jsonl import iter_jsonl
+from rollout.records import TaskKey, task_key
+from rollout.run_folder import CALLS_FILE, FINGERPRINT_FILE, STATS_DIR, TRAJECTORY_FILE
 
 logger = logging.getLogger(__name__)
 
-FINGERPRINT_FILE = "fingerprint.json"
-FINISHED_STATUSES = ("ok", "timeout")
-TASK_ID_KEYS = ("task_id", "rollout/task_id")
+FINISHED_STATUSES = ("ok",)
 
 
 def _sha256(data: bytes) -> str:
@@ -87,45 +88,20 @@ def write_fingerprint(out_dir: Path, fingerprint: Fingerprint) -> None:
     (out_dir / FINGERPRINT_FILE).write_text(json.dumps(asdict(fingerprint), indent=2) + "\n", encoding="utf-8")
 
 
-def _rewrite_jsonl(path: Path, keep: Any, *, in_place: bool = False) -> int:
-    """Rewrite `path` keeping the parsed lines `keep(obj)` accepts; returns lines dropped.
-
-    Atomic (a new file replaces the old) unless `in_place`: then the same file is truncated and
-    refilled, for a file another process holds open for appending (the gateway's call ledger),
-    whose writes would otherwise go to the replaced file and be lost.
-    """
+def _rewrite_jsonl(path: Path, keep: Any) -> int:
+    """Atomically rewrite `path` keeping the parsed lines `keep(obj)` accepts; returns lines dropped."""
     if not path.exists():
         return 0
     tmp = path.with_suffix(path.suffix + ".tmp")
     dropped = 0
-    with path.open(encoding="utf-8") as src, tmp.open("w", encoding="utf-8") as dst:
-        for line in src:
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:  # a line cut short when the run was killed mid-write
-                dropped += 1
-                continue
+    with tmp.open("w", encoding="utf-8") as dst:
+        for obj in iter_jsonl(path):
             if keep(obj):
-                dst.write(line if line.endswith("\n") else line + "\n")
+                dst.write(json.dumps(obj) + "\n")
             else:
                 dropped += 1
-    if not in_place:
-        os.replace(tmp, path)
-        return dropped
-    with tmp.open("rb") as src, path.open("r+b") as dst:
-        dst.truncate(0)
-        shutil.copyfileobj(src, dst)
-    tmp.unlink()
+    os.replace(tmp, path)
     return dropped
-
-
-def _task_of(call: dict[str, Any]) -> str | None:
-    for key in TASK_ID_KEYS:
-        if call.get(key) is not None:
-            return str(call[key])
-    return None
 
 
 def start_fresh(out_dir: Path) -> None:
@@ -134,10 +110,10 @@ def start_fresh(out_dir: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def finished_tasks(out_dir: Path, fingerprint: Fingerprint) -> set[str]:
-    """Prepare `out_dir` to resume: check the fingerprint, keep finished tasks and their tool calls.
+def finished_tasks(out_dir: Path, fingerprint: Fingerprint) -> set[TaskKey]:
+    """Prepare `out_dir` to resume: check the fingerprint, keep the finished tasks' records.
 
-    Returns the ids of tasks not to run again. Raises ConfigError when the folder holds tasks of a
+    Returns the (question id, repeat) of tasks not to run again. Raises ConfigError when the folder holds tasks of a
     run with a different fingerprint.
     """
     trajectory = out_dir / TRAJECTORY_FILE
@@ -148,20 +124,16 @@ def finished_tasks(out_dir: Path, fingerprint: Fingerprint) -> set[str]:
             f"{out_dir} holds a run with different tools: {'; '.join(diff)}. Resuming would mix two "
             "experiments: pass resume=false to start over, or choose another output_dir="
         )
-    finished: set[str] = set()
+    finished: set[TaskKey] = set()
 
     def keep_task(obj: dict[str, Any]) -> bool:
-        if obj.get("status", "ok") in FINISHED_STATUSES and obj.get("id") not in finished:
-            finished.add(str(obj.get("id")))
+        key = task_key(obj)
+        if obj.get("status", "ok") in FINISHED_STATUSES and key not in finished:
+            finished.add(key)
             return True
         return False
 
     dropped = _rewrite_jsonl(trajectory, keep_task)
-    # Tool calls of tasks that will run again would be counted twice in the tool stats.
-    # The gateway is already appending to its ledger (the fingerprint needs its tools): rewrite in place.
-    _rewrite_jsonl(
-        out_dir / STATS_DIR / CALLS_FILE, lambda c: _task_of(c) in finished or _task_of(c) is None, in_place=True
-    )
     if finished or dropped:
         logger.info("Resuming in %s: %d tasks finished, %d to run again", out_dir, len(finished), dropped)
     write_fingerprint(out_dir, fingerprint)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,36 +12,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from rollout.jsonl import iter_jsonl
 from rollout.metrics import contains_answer, exact_match, f1_score, retrieval_recall
 from rollout.records import TaskResult
 
 logger = logging.getLogger(__name__)
-
-SUMMARY_FILE = "evaluation_summary.json"
-TRAJECTORY_FILE = "trajectory.jsonl"
-
-
-LARGE_FIELDS = ("messages", "events")
-"""Per-task fields scoring never reads; dropped while streaming so 10,000-task runs stay small."""
-
-
-def iter_trajectory(path: Path) -> Iterator[TaskResult]:
-    """The tasks of a trajectory file, one at a time, without their messages and events.
-
-    Lines that are not JSON objects are skipped with a warning (`iter_jsonl`), and so are
-    records that are not tasks.
-    """
-    for data in iter_jsonl(path):
-        for key in LARGE_FIELDS:
-            data.pop(key, None)
-        try:
-            task = TaskResult.from_json(data)
-        except (ValueError, TypeError, AttributeError) as e:
-            logger.warning("%s: skipping a record that is not a task (%s)", path, e)
-            continue
-        yield task
-
 
 def score_task(r: TaskResult) -> dict[str, Any]:
     """One task's metrics and tool usage."""
@@ -107,12 +80,6 @@ def summarize(
                 str(k): {"n": len(g), **_means(g)} for k, g in df.groupby(df[key].astype(str), sort=True)
             }
     return summary
-
-
-def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
-    path = Path(out_dir) / SUMMARY_FILE
-    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return path
 
 
 def _fmt(v: float | None) -> str:

@@ -27,12 +27,11 @@ from rich.text import Text
 
 from rollout.errors import RolloutError
 from rollout.records import TaskResult
+from rollout.run_folder import TRAJECTORY_FILE
 from rollout.view_render import TaskRow, Totals, format_live_event, format_task_line, render_table, render_task
 
 __all__ = ["format_live_event", "main", "render_task"]
 
-TRAJECTORY_FILE = "trajectory.jsonl"
-"""Same name as `rollout.scoring.TRAJECTORY_FILE`; not imported so the viewer starts without pandas."""
 STATUSES = ("ok", "error", "timeout")
 POLL_S = 0.5
 """How often `--follow` looks for new lines."""

@@ -78,7 +78,7 @@ class RolloutWorker:
         deadline = asyncio.timeout(self.task_timeout_s)
         try:
             env = await self._get_env()
-            session = env.for_task(q.id, events)
+            session = env.for_task(q.id, events, attempt)
             async with deadline:
                 outcome = await self.agent.run(q.question, session, events)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rollout.errors import ConfigError
-from rollout.resume import FINGERPRINT_FILE, Fingerprint, finished_tasks, read_fingerprint, start_fresh
+from rollout.run_folder import FINGERPRINT_FILE
+from rollout.resume import Fingerprint, finished_tasks, read_fingerprint, start_fresh
 
 GATEWAY = {"server_name": "t", "modules": [{"resource_type": "rag", "tool_groups": ["rag_query_sparse"]}]}
 
@@ -42,35 +43,23 @@ def test_fingerprint_names_what_differs(gateway_file, tmp_path):
         Fingerprint.of(gateway_file, [spec("sparse")])))
 
 
-def test_resume_keeps_finished_tasks_and_their_calls(gateway_file, tmp_path):
+def test_resume_keeps_ok_tasks_and_never_rewrites_the_ledger(gateway_file, tmp_path):
     out = tmp_path / "run"
     fp = Fingerprint.of(gateway_file, [spec("sparse")])
     write_lines(out / "trajectory.jsonl", [
         {"id": "a", "status": "ok"}, {"id": "b", "status": "error"}, {"id": "c", "status": "timeout"},
         {"id": "d"},  # written before statuses existed: a finished task
+        {"id": "f", "status": "infra_error"}, {"id": "a", "status": "ok", "repeat": 1},
     ], tail='{"id": "e", "stat')  # cut short by a kill
-    write_lines(out / "tool_stats" / "realtime_calls.jsonl", [
-        {"call_id": "1", "task_id": "a"}, {"call_id": "2", "task_id": "b"}, {"call_id": "3", "task_id": "e"},
-        {"call_id": "4", "task_id": None},
-    ])
+    ledger = [{"call_id": "1", "task_id": "a"}, {"call_id": "2", "task_id": "b"}, {"call_id": "3", "task_id": "e"}]
+    write_lines(out / "tool_stats" / "realtime_calls.jsonl", ledger)
+    before = (out / "tool_stats" / "realtime_calls.jsonl").read_bytes()
     finished = finished_tasks(out, fp)
-    assert finished == {"a", "c", "d"}
-    assert [json.loads(x)["id"] for x in (out / "trajectory.jsonl").read_text().splitlines()] == ["a", "c", "d"]
-    calls = [json.loads(x)["call_id"] for x in (out / "tool_stats" / "realtime_calls.jsonl").read_text().splitlines()]
-    assert calls == ["1", "4"]
+    assert finished == {("a", 0), ("d", 0), ("a", 1)}  # errors, timeouts and infrastructure failures run again
+    assert [json.loads(x)["id"] for x in (out / "trajectory.jsonl").read_text().splitlines()] == ["a", "d", "a"]
+    # The report counts only the kept tasks' calls (joined on call id), so the ledger stays whole.
+    assert (out / "tool_stats" / "realtime_calls.jsonl").read_bytes() == before
     assert read_fingerprint(out) == fp
-
-
-def test_the_running_gateway_s_ledger_keeps_receiving_calls(gateway_file, tmp_path):
-    # The gateway opens its ledger for appending before the run resumes; its later calls must land in the file.
-    out = tmp_path / "run"
-    ledger = out / "tool_stats" / "realtime_calls.jsonl"
-    write_lines(out / "trajectory.jsonl", [{"id": "a", "status": "ok"}])
-    write_lines(ledger, [{"call_id": "1", "task_id": "a"}, {"call_id": "2", "task_id": "b"}])
-    with ledger.open("a") as gateway:
-        finished_tasks(out, Fingerprint.of(gateway_file, [spec("sparse")]))
-        gateway.write(json.dumps({"call_id": "3", "task_id": "c"}) + "\n")
-    assert [json.loads(x)["call_id"] for x in ledger.read_text().splitlines()] == ["1", "3"]
 
 
 def test_resume_with_other_tools_is_refused(gateway_file, tmp_path):

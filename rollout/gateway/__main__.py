@@ -28,7 +28,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import bind_socket, build_gateway, plan_gateway, serve
 from rollout.gateway.stats import StatsCollector
 from rollout.report import write_tool_report
-from rollout.report.calls import STATS_DIR
+from rollout.run_folder import STATS_DIR
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 

@@ -47,7 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from rollout.gateway.sessions import HeldClient, describe
-from rollout.gateway.stats import META_CALL_ID, META_TASK_ID, META_WORKER_ID, classify_result
+from rollout.wire import META_CALL_ID, META_TASK_ID, META_WORKER_ID, classify_result
 
 logger = logging.getLogger(__name__)
 

@@ -24,11 +24,10 @@ from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware
 from rollout.gateway.timeout import CallTimeout
 from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolSet, ToolsetCatalog, ToolsetGate, local_toolsets
 from rollout.gateway.upstream import UpstreamTools, upstream_specs
+from rollout.wire import META_GROUP, META_RESOURCE_TYPE
 
 logger = logging.getLogger(__name__)
 
-META_GROUP = "rollout/group"
-META_RESOURCE_TYPE = "rollout/resource_type"
 
 
 @dataclass(frozen=True, slots=True)

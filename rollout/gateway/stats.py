@@ -12,23 +12,12 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from rollout.run_folder import CALLS_FILE
+from rollout.wire import META_ATTEMPT, META_CALL_ID, META_TASK_ID, META_WORKER_ID, Outcome, classify_result
 
 logger = logging.getLogger(__name__)
-
-CALLS_FILE = "realtime_calls.jsonl"
-META_TASK_ID = "rollout/task_id"
-META_WORKER_ID = "rollout/worker_id"
-META_CALL_ID = "rollout/call_id"
-META_OUTCOME = "rollout/outcome"
-"""Result `_meta` key with which the gateway marks errors it made itself (`timeout`, `upstream_unavailable`)."""
-
-StatsOutcome = Literal[
-    "ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "upstream_unavailable", "protocol_error",
-    "cancelled",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class CallStat:
@@ -44,7 +33,7 @@ class CallStat:
     """Rollout worker that sent it (request `_meta`)."""
     ok: bool
     """True when the tool answered without error."""
-    outcome: StatsOutcome
+    outcome: Outcome
     """Category of the result."""
     error: str | None
     """Error text when not ok."""
@@ -54,6 +43,8 @@ class CallStat:
     """Unix time the call arrived."""
     result_ids: list[str]
     """Passage ids a retrieval tool returned, best first."""
+    attempt: int | None = None
+    """The task's attempt number (request `_meta`); the report counts the attempt the trajectory kept."""
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -83,30 +74,6 @@ class StatsCollector:
 
     def close(self) -> None:
         self._file.close()
-
-
-def _field(result: Any, attr: str, key: str) -> Any:
-    return result.get(key) if isinstance(result, dict) else getattr(result, attr, None)
-
-
-def classify_result(result: Any) -> tuple[bool, StatsOutcome, str | None, list[str]]:
-    """(ok, outcome, error text, result passage ids) of a tools/call result, model or wire dict."""
-    if not _field(result, "is_error", "isError"):
-        structured = _field(result, "structured_content", "structuredContent") or {}
-        ids = [str(r.get("id")) for r in structured.get("results", []) if isinstance(r, dict)]
-        return True, "ok", None, ids
-    content = _field(result, "content", "content") or []
-    text = " ".join(str(_field(c, "text", "text") or "") for c in content).strip()
-    marked = (_field(result, "meta", "_meta") or {}).get(META_OUTCOME)
-    if marked in ("timeout", "upstream_unavailable"):
-        outcome: StatsOutcome = marked
-    elif "validation error" in text:
-        outcome = "invalid_arguments"
-    elif text.startswith("Unknown tool"):
-        outcome = "unknown_tool"
-    else:
-        outcome = "tool_error"
-    return False, outcome, text, []
 
 
 class ToolStatsMiddleware:
@@ -144,6 +111,7 @@ class ToolStatsMiddleware:
                     duration_ms=(time.perf_counter() - t0) * 1000.0,
                     timestamp=started,
                     result_ids=ids,
+                    attempt=_int_or_none(meta.get(META_ATTEMPT)),
                 )
             )
 
@@ -152,3 +120,10 @@ def _is_cancellation(e: BaseException) -> bool:
     import anyio
 
     return isinstance(e, anyio.get_cancelled_exc_class())
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

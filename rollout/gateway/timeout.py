@@ -21,7 +21,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension
 from mcp_types import CallToolRequestParams, CallToolResult, TextContent
 
-from rollout.gateway.stats import META_OUTCOME
+from rollout.wire import META_OUTCOME
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from rollout.gateway.config import GatewayFile
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.stats import META_TASK_ID
+from rollout.wire import META_TASK_ID
 
 if TYPE_CHECKING:
     from rollout.gateway.server import ServedTool

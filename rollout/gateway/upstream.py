@@ -42,17 +42,16 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolRequestParams,
 from rollout.errors import ConfigError, GatewayError
 from rollout.gateway.config import GatewayFile, GatewayModule
 from rollout.gateway.sessions import HeldClient, describe
-from rollout.gateway.stats import META_CALL_ID, META_OUTCOME, META_TASK_ID, META_WORKER_ID
 from rollout.gateway.toolsets import ToolSet
+from rollout.wire import (
+    META_ATTEMPT, META_CALL_ID, META_GROUP, META_OUTCOME, META_RESOURCE_TYPE, META_RUN_ID, META_SOURCE, META_TASK_ID,
+    META_UPSTREAM, META_WORKER_ID,
+)
 
 logger = logging.getLogger(__name__)
 
-META_SOURCE = "rollout/source"
-"""Tool `_meta` key: `mcp` for tools proxied from an upstream server."""
-META_UPSTREAM = "rollout/upstream"
-"""Tool `_meta` key: the upstream server's URL."""
 SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
-_FORWARDED_META = (META_CALL_ID, META_TASK_ID, META_WORKER_ID)
+_FORWARDED_META = (META_CALL_ID, META_TASK_ID, META_WORKER_ID, META_ATTEMPT, META_RUN_ID)
 _TRANSPORT_ERRORS = (httpx2.HTTPError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError,
                      anyio.EndOfStream)
 
@@ -121,7 +120,6 @@ class UpstreamToolSet:
         logger.info("Upstream %s at %s: %s", s.name, s.url, ", ".join(t.name for t in self.tools) or "(no tools)")
 
     def _served(self, tool: Tool) -> Tool:
-        from rollout.gateway.server import META_GROUP, META_RESOURCE_TYPE  # server.py builds on this module
 
         meta = {**(tool.meta or {}), META_GROUP: self.spec.name, META_RESOURCE_TYPE: self.spec.resource_type,
                 META_SOURCE: "mcp", META_UPSTREAM: self.spec.url}

@@ -16,15 +16,12 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rollout.gateway.stats import CALLS_FILE
 from rollout.jsonl import iter_jsonl, read_jsonl
 from rollout.report.errors import NotARunFolderError
-from rollout.scoring import TRAJECTORY_FILE
+from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, calls_path
 
 logger = logging.getLogger(__name__)
 
-STATS_DIR = "tool_stats"
-CONFIG_FILE = "config.yaml"
 
 GATEWAY_COLUMNS = (
     "call_id", "tool_name", "task_id", "worker_id", "ok", "outcome",
@@ -134,7 +131,7 @@ def load_calls(run_dir: Path | str) -> pd.DataFrame:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NotARunFolderError(f"{run_dir}: no such folder; pass a run folder such as results/<experiment>/<mode>")
-    gateway = _gateway_frame(read_jsonl(run_dir / STATS_DIR / CALLS_FILE))
+    gateway = _gateway_frame(read_jsonl(calls_path(run_dir)))
     # Only what the report joins on: a task's events and messages would make this grow with the run.
     tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(run_dir / TRAJECTORY_FILE)]
     df = gateway.merge(_client_frame(tasks), on="call_id", how="left", validate="many_to_one")

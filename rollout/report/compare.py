@@ -29,7 +29,8 @@ import numpy as np
 
 from rollout.report.calls import run_mode
 from rollout.report.errors import NotARunFolderError, ReportError
-from rollout.scoring import TRAJECTORY_FILE, iter_trajectory, score_task
+from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
+from rollout.scoring import score_task
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rollout.report.compare import compare_runs, find_runs, pair_sentence, write_comparison
-from rollout.scoring import TRAJECTORY_FILE
+from rollout.run_folder import TRAJECTORY_FILE
 
 logger = logging.getLogger(__name__)
 

@@ -18,17 +18,15 @@ Definitions
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from rollout.report.calls import STATS_DIR, load_calls, run_mode
-from rollout.scoring import TRAJECTORY_FILE
+from rollout.report.calls import load_calls, run_mode
+from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, write_report
 
-REPORT_FILE = "report.json"
 OUTCOMES = ("ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "cancelled", "protocol_error")
 """Outcome categories always counted (`outcome_<name>` columns); others seen get a column too."""
 HIT_KS = (1, 3, 5)
@@ -187,8 +185,4 @@ def write_tool_report(run_dir: Path | str) -> Path:
     for name, table in tables.items():
         table.to_csv(stats_dir / f"{name}.csv", index=False)
     report = {"summary": summary, **{name: _records(t) for name, t in tables.items()}}
-    out = stats_dir / REPORT_FILE
-    tmp = out.with_name(out.name + ".tmp")  # readers never see a half-written report
-    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_report(run_dir, report)

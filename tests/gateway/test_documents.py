@@ -9,7 +9,8 @@ from rollout.data.records import Passage
 from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, plan_gateway
-from rollout.gateway.stats import META_CALL_ID, StatsCollector
+from rollout.gateway.stats import StatsCollector
+from rollout.wire import META_CALL_ID
 from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever
 

@@ -1,6 +1,7 @@
 import json
 
-from rollout.gateway.stats import CALLS_FILE, CallStat, StatsCollector
+from rollout.gateway.stats import CallStat, StatsCollector
+from rollout.run_folder import CALLS_FILE
 
 
 def _stat(call_id: str) -> CallStat:

@@ -14,7 +14,8 @@ from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import build_gateway
-from rollout.gateway.stats import META_CALL_ID, StatsCollector
+from rollout.gateway.stats import StatsCollector
+from rollout.wire import META_CALL_ID
 from rollout.report import load_calls
 from rollout.retrieval import Hits
 from tests.gateway.loopback import PASSAGES, SPARSE_MODULE, gateway_file, gateway_served, sparse_kb

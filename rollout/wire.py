@@ -1,0 +1,97 @@
+"""The vocabulary the gateway and its clients share: `_meta` keys, call outcomes, result classification.
+
+The gateway's stats middleware, the HTTP proxy, the upstream proxy, the environments (`envs/`),
+the tool report and resume all import these names from here, so a call's outcome means the same
+in `tool_stats/realtime_calls.jsonl` and in `trajectory.jsonl`. This module imports nothing heavy:
+Ray workers and the env side read it without pulling in the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+# --- request `_meta` keys (client → gateway) ---------------------------------------------------
+META_CALL_ID = "rollout/call_id"
+"""Client-made id of one tools/call; joins a ledger record to the trajectory's call."""
+META_TASK_ID = "rollout/task_id"
+"""Task the call belongs to."""
+META_WORKER_ID = "rollout/worker_id"
+"""Rollout worker that sent the call."""
+META_ATTEMPT = "rollout/attempt"
+"""The task's attempt number (1 unless a worker died under an earlier attempt)."""
+META_RUN_ID = "rollout/run_id"
+"""Identity of the run the call belongs to (scopes per-task state on a shared gateway)."""
+
+# --- result `_meta` keys (gateway → client) -----------------------------------------------------
+META_OUTCOME = "rollout/outcome"
+"""Set on error results the gateway made itself (`timeout`, `upstream_unavailable`)."""
+
+# --- tool `_meta` keys (tools/list) -------------------------------------------------------------
+META_GROUP = "rollout/group"
+"""Tool group (tool set) a listed tool belongs to."""
+META_RESOURCE_TYPE = "rollout/resource_type"
+"""Resource type of the module that brought the tool in (`rag`, `system`, ...)."""
+META_SOURCE = "rollout/source"
+"""`local`, or `mcp` for a tool proxied from an upstream MCP server."""
+META_UPSTREAM = "rollout/upstream"
+"""URL of the upstream MCP server of a proxied tool."""
+
+Outcome = Literal[
+    "ok",
+    "tool_error",
+    "invalid_arguments",
+    "unknown_tool",
+    "timeout",
+    "upstream_unavailable",
+    "protocol_error",
+    "cancelled",
+    "transport_error",
+]
+"""How one tools/call ended.
+
+ok: the tool answered. tool_error: the tool reported an error meant for the model.
+invalid_arguments: the arguments failed the tool's schema. unknown_tool: no such tool (or one the
+task's tool sets do not offer). timeout: no answer in time (the gateway's `--tool-timeout-s`, or the
+client's `call_timeout_s`). upstream_unavailable: the upstream MCP server of a proxied tool is down.
+protocol_error: the gateway failed while handling the call. cancelled: the client went away
+mid-call (gateway side only). transport_error: the client could not reach the gateway (client side
+only: such a call has no ledger record).
+"""
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+
+INFRA_OUTCOMES = frozenset({"timeout", "upstream_unavailable", "protocol_error", "cancelled", "transport_error"})
+"""Outcomes that say the tool infrastructure failed, not the agent: a task with such a call did not
+get the evidence it asked for, so it is recorded as `infra_error`, never as answered."""
+
+GATEWAY_MARKED = ("timeout", "upstream_unavailable")
+"""Outcomes the gateway writes into a result's `_meta[META_OUTCOME]`."""
+
+
+def _field(result: Any, attr: str, key: str) -> Any:
+    return result.get(key) if isinstance(result, dict) else getattr(result, attr, None)
+
+
+def result_text(result: Any) -> str:
+    """The text content of a tools/call result (model or wire dict), joined."""
+    content = _field(result, "content", "content") or []
+    return "\n".join(str(_field(c, "text", "text") or "") for c in content).strip()
+
+
+def classify_result(result: Any) -> tuple[bool, Outcome, str | None, list[str]]:
+    """(ok, outcome, error text, result passage ids) of a tools/call result, model or wire dict."""
+    if not _field(result, "is_error", "isError"):
+        structured = _field(result, "structured_content", "structuredContent") or {}
+        ids = [str(r.get("id")) for r in structured.get("results", []) if isinstance(r, dict)]
+        return True, "ok", None, ids
+    text = result_text(result)
+    marked = (_field(result, "meta", "_meta") or {}).get(META_OUTCOME)
+    outcome: Outcome
+    if marked in GATEWAY_MARKED:
+        outcome = marked
+    elif "validation error" in text:
+        outcome = "invalid_arguments"
+    elif text.startswith("Unknown tool"):
+        outcome = "unknown_tool"
+    else:
+        outcome = "tool_error"
+    return False, outcome, text, []
