@@ -1,10 +1,18 @@
 """Load one run folder's tool calls: the gateway's records joined with the client's.
 
-The gateway appends one line per tools/call to `tool_stats/realtime_calls.jsonl`; the driver
-writes one task per line to `trajectory.jsonl`, each with the tool calls the client made.
-Both carry the same `call_id`, which is how a server-side record gains its round-trip time
+The gateway appends one line per tools/call to `tool_stats/realtime_calls.jsonl` (the ledger);
+the driver writes one task per line to `trajectory.jsonl`, each with the tool calls the client
+made. Both carry the same `call_id`, which is how a server-side record gains its round-trip time
 and arguments. Either file may be missing, empty, or cut short by a crash mid-write: a line
 that does not parse is skipped with a warning, never fatal.
+
+Every call is counted once. When a run folder has a trajectory, the calls counted are exactly
+the tool calls of its task records: a ledger record whose call id no kept record made belongs to
+a discarded attempt (a worker died under the task, or the task ended in a failure and ran again
+on resume) and is listed apart (`discarded_calls`); a call sent again on a new session after a
+broken stream has one id and is counted once; a call that never reached the gateway (transport
+error) is counted from the client's record. Without a trajectory (a gateway run on its own) every
+ledger record counts.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 GATEWAY_COLUMNS = (
-    "call_id", "tool_name", "task_id", "worker_id", "ok", "outcome",
+    "call_id", "tool_name", "task_id", "worker_id", "attempt", "ok", "outcome",
     "error", "duration_ms", "timestamp", "result_ids",
 )
 """Fields of one `realtime_calls.jsonl` line (`rollout.gateway.stats.CallStat`)."""
@@ -51,7 +59,12 @@ def run_mode(run_dir: Path) -> str:
     return run_dir.resolve().name
 
 
-_TASK_KEYS = ("id", "worker_id", "tool_calls", "metadata")
+_TASK_KEYS = ("id", "worker_id", "tool_calls", "metadata", "attempts")
+_CLIENT_ONLY = (
+    "client_task_id", "client_worker_id", "client_tool_name", "client_ok", "client_error", "client_started",
+    "client_result_ids", "client_attempt",
+)
+"""What the trajectory says of a call, used where the ledger has no record of it (or no task id)."""
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -72,6 +85,7 @@ def _gateway_frame(lines: list[dict[str, Any]]) -> pd.DataFrame:
                 "tool_name": str(line.get("tool_name") or ""),
                 "task_id": _str_or_none(line.get("task_id")),
                 "worker_id": _str_or_none(line.get("worker_id")),
+                "attempt": line.get("attempt"),
                 "ok": ok,
                 "outcome": str(line.get("outcome") or ("ok" if ok else "unknown")),
                 "error": line.get("error"),
@@ -82,6 +96,7 @@ def _gateway_frame(lines: list[dict[str, Any]]) -> pd.DataFrame:
         )
     df = pd.DataFrame(rows, columns=list(GATEWAY_COLUMNS))
     df["ok"] = df["ok"].astype(bool)
+    df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
     for col in ("duration_ms", "timestamp"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     return df
@@ -96,6 +111,12 @@ def _client_frame(tasks: list[dict[str, Any]]) -> pd.DataFrame:
             rows.append(
                 {
                     "call_id": str(call["call_id"]),
+                    "client_tool_name": str(call.get("name") or ""),
+                    "client_ok": bool(call.get("ok", False)),
+                    "client_error": call.get("error"),
+                    "client_started": call.get("started"),
+                    "client_result_ids": _id_list(call.get("result_ids")),
+                    "client_attempt": task.get("attempts"),
                     "rtt_ms": call.get("latency_ms"),
                     "client_outcome": _str_or_none(call.get("outcome")),
                     "arguments": call.get("arguments") if isinstance(call.get("arguments"), dict) else None,
@@ -104,7 +125,7 @@ def _client_frame(tasks: list[dict[str, Any]]) -> pd.DataFrame:
                     "client_worker_id": _str_or_none(task.get("worker_id")),
                 }
             )
-    df = pd.DataFrame(rows, columns=["call_id", *CLIENT_COLUMNS, "client_task_id", "client_worker_id"])
+    df = pd.DataFrame(rows, columns=["call_id", *CLIENT_COLUMNS, *_CLIENT_ONLY])
     df["rtt_ms"] = pd.to_numeric(df["rtt_ms"], errors="coerce").astype("float64")
     # A call id appears once per trajectory; keep the first if a rerun appended duplicates.
     return df.drop_duplicates("call_id", keep="first")
@@ -120,28 +141,63 @@ def _gold_by_task(tasks: list[dict[str, Any]]) -> dict[str, list[str]]:
     return gold
 
 
-def load_calls(run_dir: Path | str) -> pd.DataFrame:
-    """Every tools/call the gateway recorded in `run_dir`, one row each (columns: `CALL_COLUMNS`).
+def _unrecorded(client: pd.DataFrame) -> pd.DataFrame:
+    """Ledger-shaped rows for client calls the gateway has no record of (they never reached it)."""
+    return pd.DataFrame({
+        "call_id": client["call_id"],
+        "tool_name": client["client_tool_name"],
+        "task_id": None,
+        "worker_id": None,
+        "attempt": client["client_attempt"],
+        "ok": client["client_ok"].astype(bool),
+        "outcome": client["client_outcome"].fillna("unknown"),
+        "error": client["client_error"],
+        "duration_ms": float("nan"),
+        "timestamp": pd.to_numeric(client["client_started"], errors="coerce"),
+        "result_ids": client["client_result_ids"],
+    }, columns=list(GATEWAY_COLUMNS))
 
-    `rtt_ms`, `client_outcome`, `arguments` and `result_doc_ids` come from the trajectory's tool
-    call with the same `call_id` (NaN/None without a match or without a trajectory); a task or
-    worker id the gateway did not receive is taken from there too. `mode` is config.yaml's
-    `mode_name`, else the folder's name.
+
+def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(counted calls, discarded ledger records) of `run_dir`; see the module docstring.
+
+    Counted calls have the columns `CALL_COLUMNS`: `rtt_ms`, `client_outcome`, `arguments` and
+    `result_doc_ids` come from the trajectory's tool call with the same `call_id` (NaN/None without
+    a trajectory); a task or worker id the gateway did not receive is taken from there too. `mode`
+    is the run's label (`run_mode`). Discarded records have the ledger's columns.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NotARunFolderError(f"{run_dir}: no such folder; pass a run folder such as results/<experiment>/<mode>")
     gateway = _gateway_frame(read_jsonl(calls_path(run_dir)))
+    # A call sent again after a broken stream reached the gateway twice under one id: keep its last answer.
+    has_id = gateway["call_id"].notna()
+    gateway = pd.concat([gateway[has_id].drop_duplicates("call_id", keep="last"), gateway[~has_id]]).sort_index()
+    has_trajectory = (run_dir / TRAJECTORY_FILE).is_file()
     # Only what the report joins on: a task's events and messages would make this grow with the run.
     tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(run_dir / TRAJECTORY_FILE)]
-    df = gateway.merge(_client_frame(tasks), on="call_id", how="left", validate="many_to_one")
-    df["task_id"] = df["task_id"].where(df["task_id"].notna(), df.pop("client_task_id"))
-    df["worker_id"] = df["worker_id"].where(df["worker_id"].notna(), df.pop("client_worker_id"))
+    client = _client_frame(tasks)
+    discarded = gateway.iloc[:0]
+    if has_trajectory:
+        kept = gateway["call_id"].isin(client["call_id"])
+        gateway, discarded = gateway[kept], gateway[~kept]
+        missing = client[~client["call_id"].isin(gateway["call_id"])]
+        if len(missing):
+            gateway = pd.concat([gateway, _unrecorded(missing)], ignore_index=True)
+    df = gateway.merge(client, on="call_id", how="left", validate="many_to_one")
+    for col in ("task_id", "worker_id", "attempt"):
+        df[col] = df[col].where(df[col].notna(), df[f"client_{col}" if col != "attempt" else "client_attempt"])
+    df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
     gold = _gold_by_task(tasks)
     df["gold_doc_ids"] = pd.Series([gold.get(t) for t in df["task_id"]], index=df.index, dtype=object)
     for col in ("arguments", "result_doc_ids", "client_outcome"):
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     df["mode"] = run_mode(run_dir)
     df["run_dir"] = str(run_dir)
-    logger.debug("%s: %d gateway calls, %d matched to the trajectory", run_dir, len(df), int(df["rtt_ms"].notna().sum()))
-    return df[list(CALL_COLUMNS)]
+    logger.debug("%s: %d calls counted, %d ledger records of discarded attempts", run_dir, len(df), len(discarded))
+    return df[list(CALL_COLUMNS)], discarded.reset_index(drop=True)
+
+
+def load_calls(run_dir: Path | str) -> pd.DataFrame:
+    """The counted tool calls of `run_dir`, one row each (columns: `CALL_COLUMNS`); see `split_calls`."""
+    return split_calls(run_dir)[0]

@@ -11,6 +11,9 @@ Definitions
   `hit_at_k` is the share of successful retrieval calls, in tasks with known gold ids, whose first
   k returned ids include a gold id (a passage id, or its document id, equal to one of the task's
   `metadata.gold_doc_ids`); `hit_at_all` looks at every id returned.
+- Calls are counted once each, from the attempts the trajectory kept (`rollout.report.calls`);
+  ledger records of discarded attempts are counted apart in `discarded_calls` and listed per task
+  and attempt in the `discarded_attempts` table.
 - A call repeats a query when the same task already called the same tool with the same
   normalised `query` argument (case-folded, whitespace collapsed); `repeated_query_share` is
   repeated calls / calls with a `query` argument.
@@ -24,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from rollout.report.calls import load_calls, run_mode
+from rollout.report.calls import split_calls, run_mode
 from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, write_report
 
 OUTCOMES = ("ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "cancelled", "protocol_error")
@@ -138,7 +141,17 @@ def _retrieval_table(rc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["tool_name", *_retrieval_stats(rc.iloc[:0])])
 
 
-def _summary(df: pd.DataFrame, rc: pd.DataFrame, run_dir: Path, mode: str) -> dict[str, Any]:
+def _discarded_table(discarded: pd.DataFrame) -> pd.DataFrame:
+    """Ledger records of attempts the trajectory did not keep, per task and attempt."""
+    rows = [
+        {"task_id": None if pd.isna(task) else str(task), "attempt": None if pd.isna(attempt) else int(attempt),
+         "calls": len(g), "tools": sorted(g["tool_name"].astype(str).unique().tolist())}
+        for (task, attempt), g in discarded.groupby(["task_id", "attempt"], sort=True, dropna=False)
+    ]
+    return pd.DataFrame(rows, columns=["task_id", "attempt", "calls", "tools"])
+
+
+def _summary(df: pd.DataFrame, rc: pd.DataFrame, run_dir: Path, mode: str, discarded: int) -> dict[str, Any]:
     stats = _call_stats(df, _outcome_names(df))
     return {
         "run_dir": str(run_dir),
@@ -149,6 +162,7 @@ def _summary(df: pd.DataFrame, rc: pd.DataFrame, run_dir: Path, mode: str) -> di
         "outcomes": {str(k): int(v) for k, v in df["outcome"].value_counts().sort_index().items()},
         "tasks_with_calls": int(df["task_id"].nunique()),
         "workers_with_calls": int(df["worker_id"].nunique()),
+        "discarded_calls": discarded,
         "retrieval": _retrieval_stats(rc),
     }
 
@@ -159,7 +173,7 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _tables(run_dir: Path) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    df = load_calls(run_dir)
+    df, discarded = split_calls(run_dir)
     mode = run_mode(run_dir)
     outcomes = _outcome_names(df)
     tables = {name: _group_table(df, key, outcomes) for name, key in GROUP_KEYS.items()}
@@ -167,7 +181,8 @@ def _tables(run_dir: Path) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
         tables["modes"] = pd.DataFrame([{"mode": mode, **_call_stats(df, outcomes)}], columns=tables["modes"].columns)
     rc = retrieval_calls(df)
     tables["retrieval"] = _retrieval_table(rc)
-    return _summary(df, rc, run_dir, mode), tables
+    tables["discarded_attempts"] = _discarded_table(discarded)
+    return _summary(df, rc, run_dir, mode, len(discarded)), tables
 
 
 def build_tool_report(run_dir: Path | str) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def make_run(root: Path, name: str, calls: list[dict] | None, tasks: list[dict] 
 
 
 # Nine gateway calls over three tasks and two workers. c6 reached the gateway without task/worker
-# ids (filled from the trajectory); c8 has no trajectory record (client crashed before writing it).
+# ids (filled from the trajectory); c8 timed out on both sides.
 GATEWAY_CALLS = [
     gw("c1", DENSE, "t1", "w0", 3.0, 1.0, ids=["d9", "d1", "d2"]),
     gw("c2", SPARSE, "t1", "w0", 1.0, 2.0, ids=["d1"]),
@@ -83,5 +83,6 @@ TASKS = [
     ]),
     task("t3", "w1", ["d7"], [
         tc("c7", DENSE, 50.0, query="Gamma", ids=["p7#0", "p2#1"], doc_ids=["d7", "d2"]),
+        tc("c8", SPARSE, 100.5, ok=False, outcome="timeout"),
     ]),
 ]

@@ -21,8 +21,7 @@ def test_rtt_is_joined_on_call_id(tmp_path):
     expected = {"c1": 10.0, "c2": 20.0, "c3": 30.0, "c4": 40.0, "c5": 5.0, "c6": 8.0, "c7": 50.0, "c9": 2.0}
     for call_id, rtt in expected.items():
         assert df.loc[call_id, "rtt_ms"] == rtt
-    assert math.isnan(df.loc["c8", "rtt_ms"])  # no trajectory record: keeps NaN
-    assert df.loc["c8", "arguments"] is None
+    assert df.loc["c8", "rtt_ms"] == 100.5
     assert df.loc["c1", "arguments"] == {"query": "Alpha  Beta"}
     assert df.loc["c5", "client_outcome"] == "invalid_arguments"
     assert df.loc["c1", "duration_ms"] == 3.0
@@ -53,7 +52,7 @@ def test_no_trajectory_gives_gateway_only_rows(tmp_path):
 
 @pytest.mark.parametrize("calls", [None, []], ids=["missing", "empty"])
 def test_missing_or_empty_calls_file_gives_zero_rows(tmp_path, calls):
-    run = make_run(tmp_path, "run_a", calls, TASKS, mode="hybrid")
+    run = make_run(tmp_path, "run_a", calls, [{**t, "tool_calls": []} for t in TASKS], mode="hybrid")
     df = load_calls(run)
     assert len(df) == 0
     assert list(df.columns) == list(CALL_COLUMNS)
@@ -86,3 +85,24 @@ def test_numeric_ids_are_strings(tmp_path):
 def test_a_missing_folder_is_an_error_naming_it(tmp_path):
     with pytest.raises(NotARunFolderError, match="nowhere"):
         load_calls(tmp_path / "nowhere")
+
+
+def test_every_trajectory_call_is_counted_once_and_discarded_attempts_apart(tmp_path):
+    from rollout.report import build_tool_report
+    from tests.report.runs import gw, tc
+
+    # Attempt 1 of t1 died with its worker after two calls; attempt 2 is the record the trajectory kept.
+    lost = [{**gw("x1", DENSE, "t1", "w0", 1.0, 0.1), "attempt": 1}, {**gw("x2", DENSE, "t1", "w0", 1.0, 0.2), "attempt": 1}]
+    resent = {**GATEWAY_CALLS[0], "duration_ms": 4.0}  # c1 again: sent once more after a broken stream
+    unrecorded = tc("c10", DENSE, 3.0, query="delta", ok=False, outcome="transport_error")  # never reached the gateway
+    tasks = [{**TASKS[0], "attempts": 2}, TASKS[1], {**TASKS[2], "tool_calls": [*TASKS[2]["tool_calls"], unrecorded]}]
+    run = make_run(tmp_path, "run_a", [*lost, *GATEWAY_CALLS, resent], tasks, mode="hybrid")
+    df = load_calls(run).set_index("call_id")
+    assert sorted(df.index) == sorted(c["call_id"] for t in tasks for c in t["tool_calls"])
+    assert df.loc["c1", "duration_ms"] == 4.0  # the answer the client got
+    assert df.loc["c10", "outcome"] == "transport_error" and math.isnan(df.loc["c10", "duration_ms"])
+    assert df.loc["c10", "task_id"] == "t3"
+    report = build_tool_report(run)
+    assert report["summary"]["total_calls"] == sum(len(t["tool_calls"]) for t in tasks) == 10
+    assert report["summary"]["discarded_calls"] == 2
+    assert report["discarded_attempts"] == [{"task_id": "t1", "attempt": 1, "calls": 2, "tools": [DENSE]}]
