@@ -63,7 +63,7 @@ def throughput(cfg: RunConfig, url: str, questions: list[Question], concurrency:
         arrivals.append(time.perf_counter())
 
     tasks = many(questions, max(3, tasks_per_slot) * concurrency)
-    Scheduler(run_cfg, env_kwargs_for(run_cfg, url), on_result=on_result).run(tasks)
+    Scheduler(run_cfg, env_kwargs_for(run_cfg, url, run_id="bench"), on_result=on_result).run(tasks)
     # Steady state: between the first and the last wave, when `concurrency` tasks are in flight.
     # The actors' start-up (once per run, seconds) and the ramp-down at the end are left out.
     first, last = concurrency, len(arrivals) - concurrency

@@ -36,7 +36,9 @@ from rollout.events import EventLog
 from rollout.gateway.auth import auth_headers, resolve_token
 from rollout.gateway.config import GatewayFile, load_gateway_file
 from rollout.gateway.sessions import describe, mcp_client, root_cause
-from rollout.wire import META_ATTEMPT, META_CALL_ID, META_GROUP, META_TASK_ID, META_WORKER_ID, Outcome, classify_result
+from rollout.wire import (
+    META_ATTEMPT, META_CALL_ID, META_GROUP, META_RUN_ID, META_TASK_ID, META_WORKER_ID, Outcome, classify_result,
+)
 from rollout.gateway.toolsets import TOOLSETS_GROUP
 
 logger = logging.getLogger(__name__)
@@ -125,10 +127,13 @@ class HttpMCPEnv:
         auth_token: str | None = None,
         headers: dict[str, str] | None = None,
         reconnect_timeout_s: float = 120.0,
+        run_id: str | None = None,
     ):
         """`url` ends with /mcp (streamable HTTP) or /sse (SSE). `auth_token` (default
         `$ROLLOUT_GATEWAY_TOKEN`) goes as `Authorization: Bearer ...` with `headers` on every request.
-        When the session breaks, it is reopened for up to `reconnect_timeout_s`; calls wait for that."""
+        When the session breaks, it is reopened for up to `reconnect_timeout_s`; calls wait for that.
+        `run_id` goes with every call, so the gateway keeps per-task state apart between runs."""
+        self.run_id = run_id
         self.url = url
         self.headers = {**(headers or {}), **auth_headers(resolve_token(auth_token))}
         self.worker_id = worker_id
@@ -393,7 +398,8 @@ class HttpMCPEnv:
             return self._finish(call_id, name, arguments, started, t0, False, "unknown_tool", text, None, False)
         if self._owner is None:
             raise RuntimeError("environment is not started: use `async with env:` or `await env.start()`")
-        meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id, META_ATTEMPT: attempt}
+        meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id, META_ATTEMPT: attempt,
+                META_RUN_ID: self.run_id}
         used, retried = 0, False
         while True:
             client, used, why = await self._session(used, self.reconnect_timeout_s)

@@ -29,6 +29,8 @@ class GatewayConfig:
     """MCP transport of a launched gateway: `streamable-http` or `sse`."""
     tool_timeout_s: float | None = None
     """Gateway-side limit per tool call; a call over it is an error result with outcome `timeout`."""
+    reconnect_timeout_s: float = 120.0
+    """How long a worker's calls wait for a lost gateway session to come back before failing (`transport_error`)."""
 
 
 @dataclass(frozen=True, slots=True)

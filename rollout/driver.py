@@ -8,6 +8,7 @@ import json
 import logging
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,7 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
         ray.shutdown()
 
 
-def env_kwargs_for(cfg: RunConfig, url: str) -> dict[str, Any]:
+def env_kwargs_for(cfg: RunConfig, url: str, run_id: str) -> dict[str, Any]:
     """How each worker's environment reaches the gateway."""
     return {
         "url": url,
@@ -114,6 +115,8 @@ def env_kwargs_for(cfg: RunConfig, url: str) -> dict[str, Any]:
         "system_prompt": cfg.system_prompt,
         "call_timeout_s": cfg.gateway.call_timeout_s,
         "auth_token": resolve_token(cfg.gateway.auth_token),
+        "reconnect_timeout_s": cfg.gateway.reconnect_timeout_s,
+        "run_id": run_id,
     }
 
 
@@ -163,7 +166,7 @@ def run(cfg: RunConfig) -> RunOutcome:
     with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
         url = gateway.wait_ready()
         logger.info("Gateway ready at %s", url)
-        env_kwargs = env_kwargs_for(cfg, url)
+        env_kwargs = env_kwargs_for(cfg, url, run_id=uuid.uuid4().hex)
         finished = finished_tasks(out, Fingerprint.of(cfg.gateway_config_path, offered_tool_specs(env_kwargs)))
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
         todo = [q for q in data.questions if (q.id, 0) not in finished]

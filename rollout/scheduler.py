@@ -4,7 +4,8 @@ Each actor runs up to `concurrency_per_worker` tasks at once. Finished tasks go 
 as they arrive (the driver appends and flushes them), so nothing finished waits in memory. When
 an actor dies, its in-flight tasks go back to the queue and a fresh actor takes its place; a task
 that has killed `MAX_ATTEMPTS` actors is recorded as an error. When the gateway the run started
-dies, it is restarted on the same port and the workers' environments reconnect on their own.
+dies, it is restarted on the same port, on a thread of its own so the loop keeps collecting
+results and Ctrl-C stays prompt, and the workers' environments reconnect on their own.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ class Scheduler:
         self.on_events = on_events
         self.gateway_restarts = 0
         self.actor_restarts = 0
+        self._restarting: threading.Thread | None = None
+        self._restart_error: BaseException | None = None
         self._slots: list[_Slot] = []
         self._pending: dict[ray.ObjectRef, tuple[_Slot, Any, Question, int]] = {}
         """In-flight tasks: the slot, the actor it was sent to, the question and its attempt."""
@@ -206,6 +209,14 @@ class Scheduler:
             self.on_events(events)
 
     def _watch_gateway(self) -> None:
+        """Notice a dead gateway and restart it in the background; raise if restarting failed."""
+        if self._restarting is not None:
+            if self._restarting.is_alive():
+                return
+            self._restarting = None
+            if (error := self._restart_error) is not None:
+                raise GatewayError(f"the gateway could not be restarted: {error}. "
+                                   "Rerun the same command to resume the finished tasks") from error
         if self.gateway is None or self.gateway.is_alive():
             return
         if self.gateway_restarts >= MAX_GATEWAY_RESTARTS:
@@ -215,8 +226,18 @@ class Scheduler:
             )
         self.gateway_restarts += 1
         logger.warning("The gateway died; restarting it on the same port (restart %d)", self.gateway_restarts)
+        self._restart_error = None
+        self._restarting = threading.Thread(target=self._restart, args=(self.gateway,), name="gateway-restart",
+                                            daemon=True)
+        self._restarting.start()
+
+    def _restart(self, gateway: Gateway) -> None:
         t0 = time.perf_counter()
-        self.gateway.restart()
+        try:
+            gateway.restart()
+        except BaseException as e:  # reported by the loop, which owns the run's outcome
+            self._restart_error = e
+            return
         logger.warning("Gateway back after %.1f s; workers reconnect", time.perf_counter() - t0)
 
     def _shutdown(self) -> None:

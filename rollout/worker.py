@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 import ray
 from hydra.utils import instantiate
 
-from envs import HttpMCPRagEnv, TaskSession
+from envs import HttpMCPRagEnv, TaskSession, ToolCallRecord
 from rollout.agents.base import Agent, AgentResult
 from rollout.data.records import Question
 from rollout.events import CompletionEvent, ErrorEvent, Event, EventLog, LLMOutputEvent
 from rollout.records import TaskResult, TaskStatus
+from rollout.wire import INFRA_OUTCOMES
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ class RolloutWorker:
                 logger.warning("task %s failed: %s", q.id, e)
                 status, error = "error", f"{type(e).__name__}: {e}"
             events.emit(ErrorEvent(kind=status, message=error))
+        if status != "timeout" and session is not None and (infra := infra_failure(session.calls)):
+            # Whatever the agent answered, it did so without evidence it asked for.
+            status, error = "infra_error", infra if error is None else f"{infra}; then {error}"
+            events.emit(ErrorEvent(kind=status, message=infra))
         return TaskResult(
             id=q.id,
             question=q.question,
@@ -111,6 +116,15 @@ class RolloutWorker:
         if self._env is not None:
             await self._env.close()
             self._env = None
+
+
+def infra_failure(calls: list[ToolCallRecord]) -> str | None:
+    """Why a task's tool calls say the tool infrastructure failed it, or None when they do not."""
+    failed = [c for c in calls if c.outcome in INFRA_OUTCOMES]
+    if not failed:
+        return None
+    outcomes = ", ".join(f"{n} {o}" for o, n in sorted(Counter(c.outcome for c in failed).items()))
+    return f"{len(failed)} of {len(calls)} tool calls failed in the tool infrastructure ({outcomes}): {failed[-1].error}"
 
 
 # Tasks wait on the gateway, not the CPU: actors reserve no cores so any count fits.

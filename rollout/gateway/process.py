@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -50,6 +51,8 @@ class GatewayProcess:
         self._port = 0
         """Port of the last gateway that served; `restart()` binds it again."""
         self._tmp = tempfile.TemporaryDirectory(prefix="rollout-gateway-")
+        self._lock = threading.Lock()
+        self._stopped = False
         self._ready_file = Path(self._tmp.name) / "url"
         self._deadline = 0.0
 
@@ -62,6 +65,12 @@ class GatewayProcess:
 
     def launch(self, port: int = 0) -> None:
         """Start the child on `port` (0: a free one) and return at once; `wait_ready` blocks until it serves."""
+        with self._lock:  # a restart on another thread must not start a child after `stop()`
+            if self._stopped:
+                raise GatewayError("the gateway was stopped; it is not started again")
+            self._launch(port)
+
+    def _launch(self, port: int) -> None:
         self._ready_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "rollout.gateway", *self.args, "--host", self.host, "--port", str(port),
                "--ready-file", str(self._ready_file)]
@@ -132,8 +141,10 @@ class GatewayProcess:
         return url
 
     def _check_alive(self) -> None:
-        assert self._proc is not None
-        code = self._proc.poll()
+        proc = self._proc
+        if proc is None:
+            raise GatewayError("the gateway was stopped")
+        code = proc.poll()
         if code is not None:
             raise _ExitedEarly(f"gateway exited with code {code} before it was ready; its error is printed above")
 
@@ -158,7 +169,9 @@ class GatewayProcess:
 
     def stop(self) -> None:
         """Ask the gateway to shut down (it writes its report), then make sure it is gone."""
-        proc, self._proc = self._proc, None
+        with self._lock:
+            self._stopped = True
+            proc, self._proc = self._proc, None
         if proc is not None:
             _end(proc)
         self._tmp.cleanup()

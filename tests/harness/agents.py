@@ -11,13 +11,14 @@ from rollout.events import EventLog, LLMOutputEvent
 
 
 class CrashOnceAgent:
-    """Kills its worker process the first time it sees `question`; answers "" otherwise."""
+    """Searches, then kills its worker process the first time it sees `question`; answers "pass" otherwise."""
 
     def __init__(self, question: str, marker: str) -> None:
         self.question = question
         self.marker = Path(marker)
 
     async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+        await tools.call_tool("query_knowledge_base_sparse", {"query": question})
         if question == self.question and not self.marker.exists():
             self.marker.write_text("crashed")
             os._exit(1)  # the actor dies with every task it was running

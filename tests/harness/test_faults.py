@@ -84,6 +84,13 @@ def test_a_dead_worker_s_tasks_run_again_elsewhere(ray_local, cache_dir, tmp_pat
     assert all(t["status"] == "ok" for t in tasks)
     retried = [t for t in tasks if t["attempts"] > 1]
     assert any(t["question"] == question for t in retried)  # the crashing task, and any beside it on that actor
+    # Every call is counted once: the report counts the kept attempts' calls; the lost attempt's apart.
+    report = json.loads((outcome.output_dir / "tool_stats" / "report.json").read_text())
+    assert report["summary"]["total_calls"] == sum(len(t["tool_calls"]) for t in tasks) == 12
+    victim = next(t for t in tasks if t["question"] == question)
+    assert {"task_id": victim["id"], "attempt": 1, "calls": 1, "tools": ["query_knowledge_base_sparse"]} in \
+        report["discarded_attempts"]
+    assert report["summary"]["discarded_calls"] >= 1
 
 
 def test_the_gateway_dies_mid_run_and_no_task_is_lost(ray_local, cache_dir, tmp_path):
@@ -154,3 +161,59 @@ def test_resume_skips_finished_tasks_and_refuses_other_tools(ray_local, cache_di
         run(simulated(out, cache_dir, *common, "dataset.limit=9"))
     fresh = run(simulated(out, cache_dir, *common, "dataset.limit=3", "resume=false"))
     assert fresh.summary["n"] == 3 and len(read_jsonl(out / "trajectory.jsonl")) == 3
+
+
+def start_gateway(port: int, cache_dir: Path, out: Path) -> subprocess.Popen:
+    """The demo gateway of SMALL_KB on its own, as a user would start one for `gateway.url=`."""
+    cmd = [sys.executable, "-m", "rollout.gateway", "--config", "conf/gateways/rag_sparse_only.json",
+           "--port", str(port), "--cache-dir", str(cache_dir), "--output-dir", str(out),
+           "--demo-passages", "300", "--demo-questions", "60", "--ready-file", str(out / "ready")]
+    (out / "ready").unlink(missing_ok=True)
+    proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT)
+    deadline = time.monotonic() + 300
+    while not (out / "ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the gateway did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def test_a_killed_external_gateway_fails_tasks_as_infra_errors_and_a_rerun_finishes_them(ray_local, cache_dir, tmp_path):
+    from rollout.gateway.server import bind_socket
+
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    gw_dir = tmp_path / "gateway"
+    gw_dir.mkdir()
+    common = (f"gateway.url=http://127.0.0.1:{port}/mcp", "gateway.reconnect_timeout_s=1", "agent.llm_latency_s=0.1",
+              "dataset.limit=24", "workers=2", "concurrency_per_worker=2")
+    out = tmp_path / "run"
+    gateway = start_gateway(port, cache_dir, gw_dir)
+    killed_at: list[float] = []
+
+    def kill_gateway_once_tasks_finish() -> None:
+        wait_for_lines(out / "trajectory.jsonl", 4)
+        gateway.kill()
+        killed_at.append(time.time())
+
+    killer = threading.Thread(target=kill_gateway_once_tasks_finish, daemon=True)
+    killer.start()
+    try:
+        run(simulated(out, cache_dir, *common))
+        killer.join(timeout=5)
+        assert killed_at, "the gateway was never killed"
+        tasks = read_jsonl(out / "trajectory.jsonl")
+        assert len(tasks) == 24
+        after_kill = [t for t in tasks if any(c["started"] > killed_at[0] for c in t["tool_calls"])]
+        assert after_kill and all(t["status"] == "infra_error" for t in after_kill), [t["status"] for t in after_kill]
+        assert all("transport_error" in t["error"] for t in after_kill)
+        assert sum(t["status"] == "ok" for t in tasks) < 24
+
+        gateway = start_gateway(port, cache_dir, gw_dir)
+        again = run(simulated(out, cache_dir, *common))  # the same command: resumes, reruns the failures
+        tasks = read_jsonl(out / "trajectory.jsonl")
+        assert len(tasks) == 24 and all(t["status"] == "ok" for t in tasks)
+        clean = run(simulated(tmp_path / "clean", cache_dir, *common))
+        assert again.summary["metrics"] == clean.summary["metrics"]
+    finally:
+        gateway.kill()
