@@ -31,7 +31,7 @@ from rollout.progress import RunProgress
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
 from rollout.resume import Fingerprint, finished_tasks, start_fresh
-from rollout.scheduler import Scheduler
+from rollout.scheduler import PlannedTask, Scheduler
 from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.scoring import print_summary, summarize
 from rollout.view_render import format_live_event
@@ -169,7 +169,7 @@ def run(cfg: RunConfig) -> RunOutcome:
         env_kwargs = env_kwargs_for(cfg, url, run_id=uuid.uuid4().hex)
         finished = finished_tasks(out, Fingerprint.of(cfg.gateway_config_path, offered_tool_specs(env_kwargs)))
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
-        todo = [q for q in data.questions if (q.id, 0) not in finished]
+        todo = [PlannedTask(q) for q in data.questions if (q.id, 0) not in finished]
         already = len(data.questions) - len(todo)
         if already:
             logger.info("Resuming: %d of %d tasks already finished in %s", already, len(data.questions), out)

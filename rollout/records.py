@@ -20,6 +20,12 @@ def task_key(record: dict[str, Any]) -> TaskKey:
     return str(record.get("id")), int(record.get("repeat") or 0)
 
 
+def wire_task_id(question_id: str, repeat: int) -> str:
+    """The task id a repeat's tool calls carry to the gateway: per-task gateway state (tool sets) must not
+    be shared between two repeats of one question running at once. Repeat 0 keeps the question's id."""
+    return question_id if repeat == 0 else f"{question_id}#{repeat}"
+
+
 @dataclass(slots=True)
 class TaskResult:
     """What happened on one task, scored later by `rollout.scoring`."""

@@ -95,11 +95,24 @@ class _Slot:
     running: int = 0
 
 
-def failed_result(q: Question, error: str, attempts: int) -> TaskResult:
-    return TaskResult(
-        q.id, q.question, list(q.golden_answers), "", [], 0, error, "", 0.0, dict(q.metadata),
-        status="error", attempts=attempts,
-    )
+@dataclass(frozen=True, slots=True)
+class PlannedTask:
+    """One run of one question: what the scheduler hands a worker."""
+
+    question: Question
+    repeat: int = 0
+    """Which of the run's `repeats` this is (0-based)."""
+    seed: int | None = None
+    """Seed for a sampling agent on this repeat."""
+
+    def failed(self, error: str, attempts: int) -> TaskResult:
+        """The record of this task when no worker could finish it."""
+        q = self.question
+        return TaskResult(
+            id=q.id, question=q.question, golden_answers=list(q.golden_answers), prediction="", tool_calls=[],
+            turns=0, error=error, worker_id="", latency_s=0.0, metadata=dict(q.metadata), status="error",
+            attempts=attempts, repeat=self.repeat, seed=self.seed,
+        )
 
 
 class Scheduler:
@@ -124,20 +137,20 @@ class Scheduler:
         self._restarting: threading.Thread | None = None
         self._restart_error: BaseException | None = None
         self._slots: list[_Slot] = []
-        self._pending: dict[ray.ObjectRef, tuple[_Slot, Any, Question, int]] = {}
-        """In-flight tasks: the slot, the actor it was sent to, the question and its attempt."""
+        self._pending: dict[ray.ObjectRef, tuple[_Slot, Any, PlannedTask, int]] = {}
+        """In-flight tasks: the slot, the actor it was sent to, the task and its attempt."""
 
     def _new_actor(self, worker_id: str) -> Any:
         return RolloutWorkerActor.remote(
             worker_id, self.env_kwargs, self.cfg.agent, task_timeout_s=self.cfg.task_timeout_s, watch=self.cfg.watch
         )
 
-    def run(self, questions: list[Question]) -> None:
-        """Run every question to a result (or until interrupted: KeyboardInterrupt propagates)."""
-        if not questions:
+    def run(self, tasks: list[PlannedTask]) -> None:
+        """Run every task to a result (or until interrupted: KeyboardInterrupt propagates)."""
+        if not tasks:
             return
-        queue: deque[tuple[Question, int]] = deque((q, 1) for q in questions)
-        n_workers = max(1, min(self.cfg.workers, len(questions)))
+        queue: deque[tuple[PlannedTask, int]] = deque((t, 1) for t in tasks)
+        n_workers = max(1, min(self.cfg.workers, len(tasks)))
         self._slots = [_Slot(f"worker-{i}", self._new_actor(f"worker-{i}")) for i in range(n_workers)]
         try:
             with _ctrl_c_between_steps() as ctrl_c:
@@ -152,11 +165,12 @@ class Scheduler:
         finally:
             self._shutdown()
 
-    def _fill(self, queue: deque[tuple[Question, int]]) -> None:
+    def _fill(self, queue: deque[tuple[PlannedTask, int]]) -> None:
         for slot in self._slots:
             while queue and slot.running < self.cfg.concurrency_per_worker:
-                q, attempt = queue.popleft()
-                self._pending[slot.actor.run_task.remote(q.to_json(), attempt)] = (slot, slot.actor, q, attempt)
+                task, attempt = queue.popleft()
+                ref = slot.actor.run_task.remote(task.question.to_json(), attempt, task.repeat, task.seed)
+                self._pending[ref] = (slot, slot.actor, task, attempt)
                 slot.running += 1
 
     def _finished(self) -> list[ray.ObjectRef]:
@@ -168,19 +182,20 @@ class Scheduler:
         more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
         return first + more
 
-    def _collect(self, ref: ray.ObjectRef, queue: deque[tuple[Question, int]]) -> None:
-        slot, actor, q, attempt = self._pending.pop(ref)
+    def _collect(self, ref: ray.ObjectRef, queue: deque[tuple[PlannedTask, int]]) -> None:
+        slot, actor, task, attempt = self._pending.pop(ref)
         try:
             result = TaskResult.from_json(ray.get(ref))
         except RayActorError as e:
             self._replace_if_current(slot, actor, e)
             if attempt < MAX_ATTEMPTS:
-                logger.warning("task %s lost with its worker; starting it again (attempt %d)", q.id, attempt + 1)
-                queue.appendleft((q, attempt + 1))
+                logger.warning("task %s lost with its worker; starting it again (attempt %d)", task.question.id,
+                               attempt + 1)
+                queue.appendleft((task, attempt + 1))
                 return
-            result = failed_result(q, f"worker died under this task {attempt} times: {type(e).__name__}", attempt)
+            result = task.failed(f"worker died under this task {attempt} times: {type(e).__name__}", attempt)
         except ray.exceptions.RayError as e:  # run_task catches task failures; this is Ray's own
-            result = failed_result(q, f"worker failed: {e}", attempt)
+            result = task.failed(f"worker failed: {e}", attempt)
         if slot.actor is actor:
             slot.running -= 1
         self.on_result(result)

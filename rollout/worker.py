@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections import Counter, deque
@@ -15,7 +16,7 @@ from envs import HttpMCPRagEnv, TaskSession, ToolCallRecord
 from rollout.agents.base import Agent, AgentResult
 from rollout.data.records import Question
 from rollout.events import CompletionEvent, ErrorEvent, Event, EventLog, LLMOutputEvent
-from rollout.records import TaskResult, TaskStatus
+from rollout.records import TaskResult, TaskStatus, wire_task_id
 from rollout.wire import INFRA_OUTCOMES
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class RolloutWorker:
         self.worker_id = worker_id
         self.env_kwargs = env_kwargs
         self.agent: Agent = instantiate(agent_spec)
+        self._takes_seed = "seed" in inspect.signature(self.agent.run).parameters
         self.task_timeout_s = task_timeout_s
         self._env: HttpMCPRagEnv | None = None
         self._env_lock = asyncio.Lock()
@@ -65,8 +67,11 @@ class RolloutWorker:
         self._live.clear()
         return drained
 
-    async def run_task(self, question: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
-        """Run one task to a `TaskResult` dict; failures and time-outs are results, not exceptions."""
+    async def run_task(
+        self, question: dict[str, Any], attempt: int = 1, repeat: int = 0, seed: int | None = None
+    ) -> dict[str, Any]:
+        """Run one task (a question's `repeat`) to a `TaskResult` dict; failures and time-outs are results,
+        not exceptions."""
         q = Question(**question)
         events = EventLog(q.id, self._listen if self._live is not None else None)
         t0 = time.perf_counter()
@@ -79,9 +84,10 @@ class RolloutWorker:
         deadline = asyncio.timeout(self.task_timeout_s)
         try:
             env = await self._get_env()
-            session = env.for_task(q.id, events, attempt)
+            session = env.for_task(wire_task_id(q.id, repeat), events, attempt)
+            seeded = {"seed": seed} if self._takes_seed else {}
             async with deadline:
-                outcome = await self.agent.run(q.question, session, events)
+                outcome = await self.agent.run(q.question, session, events, **seeded)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
         except Exception as e:  # one task's failure must not end the run
             if isinstance(e, TimeoutError) and deadline.expired():
@@ -110,6 +116,8 @@ class RolloutWorker:
             usage=dict(outcome.usage) if outcome else events.usage(),  # what a cut-off task had spent
             events=events.to_json(),
             attempts=attempt,
+            repeat=repeat,
+            seed=seed,
         ).to_json()
 
     async def close(self) -> None:

@@ -48,9 +48,15 @@ class Agent(Protocol):
     It emits an `LLMOutputEvent` per policy step into `events` (tool call and result events come
     from the tools themselves, completion and error events from the worker). The worker may cancel
     `run` at the task's time limit; the events emitted so far are kept as the partial trajectory.
+
+    `seed` differs per repeat of a question (`repeats=N`): a sampling policy seeds its sampling
+    with it. A policy whose answers do not depend on it sets `deterministic = True`, so summaries
+    say that its repeats are copies. A policy whose `run` takes no `seed` is called without it.
     """
 
-    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult: ...
+    deterministic: bool
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult: ...
 
 
 def query_functions(tool_specs: list[dict[str, Any]]) -> list[dict[str, Any]]:

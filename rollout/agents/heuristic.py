@@ -183,7 +183,9 @@ class HeuristicAgent:
         self.max_turns = max_turns
         self.top_k = top_k
 
-    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+    deterministic = True
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult:
         episode = _Episode(question, tools, events, self.max_turns, self.top_k)
         plan = plan_question(question)
         retrieval = find_retrieval_tools(tools.tool_specs)

@@ -136,7 +136,9 @@ class OpenAIAgent:
             await self.client.aclose()
         logger.debug("LLM endpoint %s answers for model %s", self.settings.base_url, self.settings.model)
 
-    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+    deterministic = False
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": tools.system_prompt},
             {"role": "user", "content": question},
@@ -148,7 +150,7 @@ class OpenAIAgent:
             specs = list(tools.tool_specs)
             reply = await self.client.complete(
                 messages, tools=specs or None, tool_choice="none" if final else None,
-                parallel_tool_calls=self.parallel_tool_calls,
+                parallel_tool_calls=self.parallel_tool_calls, sampling=None if seed is None else {"seed": seed},
             )
             content, thinking = split_thinking(reply.content)
             thinking = "\n".join(filter(None, [reply.reasoning, thinking])) or None

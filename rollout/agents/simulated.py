@@ -57,7 +57,9 @@ class SimulatedAgent:
         self.turns = turns
         self.call_tools = call_tools
 
-    async def run(self, question: str, tools: TaskTools, events: EventLog) -> AgentResult:
+    deterministic = True
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": tools.system_prompt},
             {"role": "user", "content": question},

@@ -185,8 +185,10 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
         if len(missing):
             gateway = pd.concat([gateway, _unrecorded(missing)], ignore_index=True)
     df = gateway.merge(client, on="call_id", how="left", validate="many_to_one")
-    for col in ("task_id", "worker_id", "attempt"):
-        df[col] = df[col].where(df[col].notna(), df[f"client_{col}" if col != "attempt" else "client_attempt"])
+    # The trajectory names the question (a repeat's calls carry `<id>#<repeat>` to the gateway).
+    df["task_id"] = df["client_task_id"].where(df["client_task_id"].notna(), df["task_id"])
+    for col in ("worker_id", "attempt"):
+        df[col] = df[col].where(df[col].notna(), df[f"client_{col}"])
     df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
     gold = _gold_by_task(tasks)
     df["gold_doc_ids"] = pd.Series([gold.get(t) for t in df["task_id"]], index=df.index, dtype=object)
