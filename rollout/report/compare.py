@@ -466,8 +466,8 @@ def render_markdown(c: Comparison, *, plot: str | None = None) -> str:
         parts += [
             f"Baseline: **{c.baseline}**. Differences are paired on the question ids both runs scored, "
             f"each question's value averaged over its repeats; {100 * CI_LEVEL:.0f}% CIs are percentile "
-            f"bootstraps over those questions ({c.resamples:,} resamples, seed {c.seed}). A flip is a question "
-            f"whose repeat-averaged EM crossed {RIGHT_ABOVE}. Records that ended in error, timeout or "
+            f"bootstraps over those questions ({c.resamples:,} resamples, seed {c.seed}). For flips a question "
+            f"is right when its repeat-averaged EM is above {RIGHT_ABOVE}. Records that ended in error, timeout or "
             + ("infra_error are scored as wrong answers." if c.score_failed else "infra_error are left out."), "",
             *(f"- {pair_sentence(p)}" for p in c.pairs), "",
         ]

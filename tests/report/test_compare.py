@@ -17,6 +17,7 @@ from rollout.report.compare import (
     COMPARISON_MD,
     COMPARISON_PNG,
     bootstrap_ci,
+    comparison_tables,
     compare_runs,
     find_runs,
     write_comparison,
@@ -230,3 +231,66 @@ def test_cli_unknown_baseline_is_one_line_and_exit_2(runs):
     r = cli("compare", *runs, "--baseline", "hybrid")
     assert r.returncode == 2
     assert r.stderr.strip() == "error: --baseline hybrid: no run has this mode; the runs are: dense, sparse"
+
+
+def repeated(i: int, right: list[bool], *, found: list[bool], status: list[str] | None = None) -> list[dict]:
+    """Question t{i} asked len(right) times (records with `repeat`); gold passage d{i} found where `found`."""
+    records = []
+    for r, (ok, hit) in enumerate(zip(right, found, strict=True)):
+        rec = result(i, ok, [call(DENSE, 5.0, ids=[f"d{i}"] if hit else ["zz"])], gold_docs=[f"d{i}"],
+                     status=(status or ["ok"] * len(right))[r])
+        records.append({**rec, "repeat": r, "seed": 100 + r})
+    return records
+
+
+def test_questions_are_the_unit_and_repeats_are_averaged_first(tmp_path):
+    # Two repeats per question. Baseline: right (and gold found) in repeat 0 only, so 0.5 per question;
+    # the run: right in both, 1.0 per question. Every question differs by exactly +0.5, so the
+    # bootstrap over questions has nothing to vary: CI [0.5, 0.5]. (Pairing records instead would
+    # mix differences of 0 and 1 and give a wide interval.)
+    base = make(tmp_path, "base", "dense", [r for i in range(4) for r in repeated(i, [True, False], found=[True, False])])
+    run = make(tmp_path, "run", "hybrid", [r for i in range(4) for r in repeated(i, [True, True], found=[True, True])])
+    c = compare_runs([base, run])
+    assert [(r.tasks, r.scored, r.repeats) for r in c.rows] == [(8, 8, 2), (8, 8, 2)]
+    (p,) = c.pairs
+    assert p.shared == 4
+    for d in p.metrics.values():
+        assert (d.questions, d.baseline, d.run, d.diff, d.ci_low, d.ci_high) == (4, 0.5, 1.0, 0.5, 0.5, 0.5)
+    # Right means a repeat-averaged EM above 0.5: the baseline's 0.5 is wrong, the run's 1.0 right.
+    assert (p.wrong_to_right, p.right_to_wrong) == (4, 0)
+
+
+def test_a_question_with_a_failed_repeat_is_averaged_over_the_rest(tmp_path):
+    # q0's second repeat hit the infrastructure: q0 is scored on its first repeat alone (right);
+    # q1 has no scored repeat at all and so is not shared.
+    base = make(tmp_path, "base", "dense", [*repeated(0, [True, True], found=[True, True]),
+                                            *repeated(1, [True, True], found=[True, True])])
+    run = make(tmp_path, "run", "hybrid", [
+        *repeated(0, [True, False], found=[True, True], status=["ok", "infra_error"]),
+        *repeated(1, [True, True], found=[True, True], status=["timeout", "infra_error"]),
+    ])
+    c = compare_runs([base, run])
+    assert (c.rows[1].scored, c.rows[1].timeouts, c.rows[1].infra_errors) == (1, 1, 2)
+    (p,) = c.pairs
+    assert (p.shared, p.only_in_baseline, p.em_diff, p.right_to_wrong) == (1, 1, 0.0, 0)
+    # Scored as wrong answers instead, q0 is right in 1 of 2 and q1 in none.
+    (p,) = compare_runs([base, run], score_failed=True).pairs
+    assert (p.shared, p.em_run, p.em_diff, p.right_to_wrong) == (2, 0.25, -0.75, 2)
+
+
+def test_the_table_counts_failed_tasks_per_run(runs):
+    (title, headers, rows), *_ = comparison_tables(compare_runs(runs))
+    cells = [dict(zip(headers, row, strict=True)) for row in rows]
+    assert [(c["tasks"], c["scored"], c["errors"], c["timeouts"], c["infra"]) for c in cells] == [
+        ("11", "10", "1", "0", "0"), ("12", "10", "0", "1", "1")]
+
+
+def test_cli_prints_the_infra_column_and_every_metric(runs):
+    r = cli("compare", *runs)
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if "timeouts" in line)
+    assert "infra" in header
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in r.stdout.splitlines() if line.startswith("│ sparse")]
+    paired = {row[1]: row for row in cells if len(row) == 7}  # mode, metric, questions, dense, mode value, Δ, CI
+    assert sorted(paired) == ["EM", "F1", "contains", "recall"]
+    assert paired["EM"][2:6] == ["9", "0.444", "0.778", "+0.333"] and paired["EM"][6].startswith("[")
