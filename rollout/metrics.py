@@ -48,3 +48,17 @@ def retrieval_recall(retrieved_ids: Iterable[str], gold_ids: Sequence[str]) -> f
     if not gold:
         return None
     return len(gold & set(retrieved_ids)) / len(gold)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one question (Chen et al. 2021): the chance that k of its n samples, drawn
+    without replacement, hold at least one of the c correct ones: 1 - C(n-c, k) / C(n, k)."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k needs 0 < k <= n and 0 <= c <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    # The product form of the binomial ratio: no huge integers, no overflow (as in the paper's code).
+    fail = 1.0
+    for i in range(n - c + 1, n + 1):
+        fail *= 1.0 - k / i
+    return 1.0 - fail

@@ -1,4 +1,4 @@
-"""The run's progress bar: done/total, running EM, errors and tool calls per second."""
+"""The run's progress bar: done/total, running EM over `ok` tasks, failures and tool calls per second."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ class RunProgress:
         self.correct = 0
         self.scored = 0
         self.errors = 0
+        """Tasks that ended in `error` or `timeout`."""
+        self.infra = 0
+        """Tasks that ended in `infra_error`: counted apart, as they point at the gateway, not the agent."""
         self.tool_calls = 0
         self._t0 = time.perf_counter()
         self.console = console or Console(stderr=True)
@@ -31,6 +34,7 @@ class RunProgress:
             MofNCompleteColumn(),
             TextColumn("EM {task.fields[em]}"),
             TextColumn("errors {task.fields[errors]}"),
+            TextColumn("infra {task.fields[infra]}"),
             TextColumn("{task.fields[calls_per_s]} calls/s"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
@@ -45,6 +49,7 @@ class RunProgress:
         return {
             "em": f"{self.correct / self.scored:.3f}" if self.scored else "-",
             "errors": self.errors,
+            "infra": self.infra,
             "calls_per_s": f"{self.tool_calls / elapsed:.1f}",
         }
 
@@ -56,12 +61,14 @@ class RunProgress:
         self._progress.stop()
 
     def add(self, result: TaskResult) -> None:
-        """Count one finished task of this session."""
+        """Count one finished task of this session; only `ok` tasks enter the running EM, as in the summary."""
         self.done += 1
         self.tool_calls += len(result.tool_calls)
         if result.status == "ok":
             self.scored += 1
             self.correct += int(exact_match(result.prediction, result.golden_answers))
+        elif result.status == "infra_error":
+            self.infra += 1
         else:
             self.errors += 1
         self._progress.update(self._bar, completed=self.done, **self._fields())

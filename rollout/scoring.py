@@ -1,35 +1,75 @@
-"""Score a run's trajectory into evaluation_summary.json and print the summary table."""
+"""Score a run's trajectory into evaluation_summary.json and print the summary table.
+
+Which tasks enter the metrics: by default only tasks with status `ok`. Tasks that ended in
+`error`, `timeout` or `infra_error` (a tool call failed for infrastructure reasons,
+`rollout.wire.INFRA_OUTCOMES`) are counted under `statuses` and left out, so a broken gateway
+lowers `scored`, never the EM. With `score_failed=True` they are scored as wrong answers instead:
+EM, F1 and contains-answer 0, retrieval recall from whatever their tool calls returned.
+
+Repeats: a run asks each question `repeats` times (records carry `repeat`, 0-based). The metrics
+are the mean over every scored record. With more than one repeat the summary adds, per metric, a
+95% CI over repeats (each repeat's mean, then their mean ± t(0.975, N-1) · sd / √N: Student's t,
+since N is small and each repeat's mean is itself an average of many tasks; clipped to [0, 1]) and `pass_at_k` for
+k = 1..N (Chen et al. 2021's unbiased estimator on exact match, per question then averaged over
+the questions with at least k scored records).
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from rollout.metrics import contains_answer, exact_match, f1_score, retrieval_recall
+from rollout.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.records import TaskResult
 
 logger = logging.getLogger(__name__)
 
-def score_task(r: TaskResult) -> dict[str, Any]:
-    """One task's metrics and tool usage."""
+ANSWER_METRICS = ("exact_match", "f1", "contains_answer")
+"""Metrics of the final answer: 0 for a failed task that is scored."""
+METRICS = (*ANSWER_METRICS, "retrieval_recall")
+"""Every metric of `evaluation_summary.json` and of a comparison, in display order."""
+FAILED_STATUSES = ("error", "timeout", "infra_error")
+"""Task statuses left out of the metrics unless `score_failed`."""
+STATUSES = ("ok", *FAILED_STATUSES)
+"""Every task status, in the order `statuses` lists them."""
+CI_LEVEL = 0.95
+"""Level of the CI over repeats."""
+
+
+def is_scored(status: str, *, score_failed: bool = False) -> bool:
+    """Whether a task with this status enters the metrics."""
+    return status == "ok" or score_failed
+
+
+def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
+    """One task's metrics and tool usage. The metrics are None when the task is not scored (it
+    failed and `score_failed` is off); a failed task that is scored gets 0 for its answer."""
+    scored = is_scored(r.status, score_failed=score_failed)
+    answered = r.status == "ok"
     # Gold ids may name passages or, for chunked corpora, their source documents.
     retrieved = [i for c in r.tool_calls for i in (*c.get("result_ids", []), *c.get("result_doc_ids", []))]
     return {
         "id": r.id,
-        "exact_match": exact_match(r.prediction, r.golden_answers),
-        "f1": f1_score(r.prediction, r.golden_answers),
-        "contains_answer": contains_answer(r.prediction, r.golden_answers),
-        "retrieval_recall": retrieval_recall(retrieved, r.metadata.get("gold_doc_ids", [])),
+        "repeat": r.repeat,
+        "status": r.status,
+        "scored": scored,
+        "exact_match": (exact_match(r.prediction, r.golden_answers) if answered else 0.0) if scored else None,
+        "f1": (f1_score(r.prediction, r.golden_answers) if answered else 0.0) if scored else None,
+        "contains_answer": (contains_answer(r.prediction, r.golden_answers) if answered else 0.0) if scored else None,
+        "retrieval_recall": retrieval_recall(retrieved, r.metadata.get("gold_doc_ids", [])) if scored else None,
         "tool_calls": len(r.tool_calls),
-        "error": r.error is not None and r.status != "timeout",  # timeouts are counted on their own
+        "error": r.status == "error",
         "timeout": r.status == "timeout",
+        "infra_error": r.status == "infra_error",
         "total_tokens": r.usage.get("total_tokens"),
         "cost_usd": r.usage.get("cost_usd"),
         "hops": r.metadata.get("hops"),
@@ -39,45 +79,91 @@ def score_task(r: TaskResult) -> dict[str, Any]:
 
 def _means(df: pd.DataFrame) -> dict[str, float | None]:
     out = {}
-    for m in ("exact_match", "f1", "contains_answer", "retrieval_recall"):
-        col = df[m].dropna() if m in df else pd.Series(dtype=float)
+    for m in METRICS:
+        col = pd.to_numeric(df[m], errors="coerce").dropna() if m in df else pd.Series(dtype=float)
         out[m] = round(float(col.mean()), 4) if len(col) else None
     return out
 
 
+def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """Student-t CI of the mean of `values` (None with fewer than two)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return None
+    from scipy.stats import t  # scipy comes with sentence-transformers; imported only when needed
+
+    half = float(t.ppf(0.5 + level / 2, df=len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return float(x.mean()) - half, float(x.mean()) + half
+
+
+def _repeat_stats(scored: pd.DataFrame, repeats: int) -> dict[str, Any]:
+    """by_repeat, ci95 and pass_at_k of the scored rows of a run with `repeats` > 1."""
+    by_repeat = {str(int(k)): {"n": len(g), **_means(g)} for k, g in scored.groupby("repeat", sort=True)}
+    # Unrounded per-repeat means feed the interval.
+    repeat_means = scored.groupby("repeat")[list(METRICS)].agg(lambda col: pd.to_numeric(col, errors="coerce").mean())
+    ci: dict[str, list[float] | None] = {}
+    for m in METRICS:
+        interval = t_interval(repeat_means[m].dropna().tolist())
+        # Every metric lies in [0, 1]: so does its interval (a t-interval over few repeats can overshoot).
+        ci[m] = None if interval is None else [round(max(interval[0], 0.0), 4), round(min(interval[1], 1.0), 4)]
+    per_question = scored.groupby("id")["exact_match"].agg(["size", lambda em: int((em == 1.0).sum())])
+    per_question.columns = ["n", "c"]
+    at_k: dict[str, float | None] = {}
+    for k in range(1, repeats + 1):
+        values = [pass_at_k(int(n), int(c), k) for n, c in zip(per_question["n"], per_question["c"]) if n >= k]
+        at_k[str(k)] = round(float(np.mean(values)), 4) if values else None
+    return {"by_repeat": by_repeat, "ci95": ci, "pass_at_k": at_k}
+
+
 def summarize(
-    results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True
+    results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True,
+    score_failed: bool = False, deterministic_agent: bool | None = None,
 ) -> dict[str, Any]:
     """The evaluation summary (one pass over `results`): overall metrics, breakdowns by hops and
-    style, tool usage, errors, tokens."""
+    style, task statuses, tool usage, tokens; with several repeats, CIs over repeats and pass@k.
+
+    `score_failed` scores failed tasks as wrong answers instead of leaving them out;
+    `deterministic_agent` is copied as is (the caller knows whether the agent samples)."""
     rows: list[dict[str, Any]] = []
     calls: Counter[str] = Counter()
     failed: Counter[str] = Counter()
     for r in results:
-        rows.append(score_task(r))
+        rows.append(score_task(r, score_failed=score_failed))
         calls.update(c["name"] for c in r.tool_calls)
         failed.update(c["name"] for c in r.tool_calls if not c.get("ok"))
     df = pd.DataFrame(rows)
+    statuses = Counter(df["status"]) if len(df) else Counter()
+    scored = df[df["scored"]] if len(df) else df
+    repeats = int(df["repeat"].max()) + 1 if len(df) else 0
     summary: dict[str, Any] = {
         "n": len(df),
-        "metrics": _means(df) if len(df) else dict.fromkeys(("exact_match", "f1", "contains_answer", "retrieval_recall")),
+        "scored": len(scored),
+        "metrics": _means(scored) if len(scored) else dict.fromkeys(METRICS),
         "mode": mode,
         "gateway_file": gateway_file,
         "complete": complete,
-        "errors": int(df["error"].sum()) if len(df) else 0,
-        "timeouts": int(df["timeout"].sum()) if len(df) else 0,
+        "score_failed": score_failed,
+        "statuses": {s: int(statuses.get(s, 0)) for s in STATUSES} | {
+            str(s): int(n) for s, n in statuses.items() if s not in STATUSES
+        },
+        "errors": int(statuses.get("error", 0)),
+        "timeouts": int(statuses.get("timeout", 0)),
+        "repeats": repeats,
+        "deterministic_agent": deterministic_agent,
         "tool_calls": {name: {"calls": n, "failed": failed.get(name, 0)} for name, n in sorted(calls.items())},
         "tool_calls_per_task": round(float(df["tool_calls"].mean()), 3) if len(df) else 0.0,
         "wall_time_s": round(wall_time_s, 2),
     }
+    if repeats > 1 and len(scored):
+        summary |= _repeat_stats(scored, repeats)
     if len(df) and df["total_tokens"].notna().any():
         summary["tokens"] = {"total": int(df["total_tokens"].sum()), "per_task": round(float(df["total_tokens"].mean()), 1)}
         if df["cost_usd"].notna().any():
             summary["tokens"]["cost_usd"] = round(float(df["cost_usd"].sum()), 6)
     for key in ("hops", "style"):
-        if len(df) and df[key].notna().any():
+        if len(scored) and scored[key].notna().any():
             summary[f"by_{key}"] = {
-                str(k): {"n": len(g), **_means(g)} for k, g in df.groupby(df[key].astype(str), sort=True)
+                str(k): {"n": len(g), **_means(g)} for k, g in scored.groupby(scored[key].astype(str), sort=True)
             }
     return summary
 
@@ -86,18 +172,38 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _repeats_line(summary: dict[str, Any]) -> str | None:
+    """E.g. "3 repeats · EM 95% CI [0.310, 0.420] · pass@1 0.367 · pass@3 0.500"; None with one repeat."""
+    if summary.get("repeats", 1) <= 1 or "ci95" not in summary:
+        return None
+    parts = [f"{summary['repeats']} repeats"]
+    names = {"exact_match": "EM", "f1": "F1", "contains_answer": "contains", "retrieval_recall": "recall"}
+    for m, name in names.items():
+        if (ci := summary["ci95"].get(m)) is not None:
+            parts.append(f"{name} {100 * CI_LEVEL:.0f}% CI [{ci[0]:.3f}, {ci[1]:.3f}]")
+    parts += [f"pass@{k} {_fmt(v)}" for k, v in summary.get("pass_at_k", {}).items()]
+    if summary.get("deterministic_agent"):
+        parts.append("agent is deterministic")
+    return " · ".join(parts)
+
+
 def print_summary(summary: dict[str, Any], out_dir: Path, console: Console | None = None) -> None:
     console = console or Console()
     m = summary["metrics"]
     partial = "" if summary.get("complete", True) else " (interrupted)"
-    table = Table(title=f"rollout · mode={summary['mode']} · {summary['n']} tasks{partial}", title_justify="left")
-    for col in ("EM", "F1", "contains", "recall", "errors", "timeouts", "time (s)"):
+    scored = summary.get("scored", summary["n"])
+    counted = f"{summary['n']} tasks" if scored == summary["n"] else f"{summary['n']} tasks, {scored} scored"
+    table = Table(title=f"rollout · mode={summary['mode']} · {counted}{partial}", title_justify="left")
+    for col in ("EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "time (s)"):
         table.add_column(col, justify="right")
     table.add_row(
         _fmt(m["exact_match"]), _fmt(m["f1"]), _fmt(m["contains_answer"]), _fmt(m["retrieval_recall"]),
-        str(summary["errors"]), str(summary.get("timeouts", 0)), f"{summary['wall_time_s']:.1f}",
+        str(summary["errors"]), str(summary.get("timeouts", 0)),
+        str(summary.get("statuses", {}).get("infra_error", 0)), f"{summary['wall_time_s']:.1f}",
     )
     console.print(table)
+    if line := _repeats_line(summary):
+        console.print(line, markup=False, highlight=False)
     tools = Table(title="tool calls", title_justify="left")
     for col in ("tool", "calls", "failed"):
         tools.add_column(col, justify="right" if col != "tool" else "left")

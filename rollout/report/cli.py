@@ -118,7 +118,7 @@ def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
 
 def run_compare(args: argparse.Namespace, console: Console) -> int:
     runs = find_runs(args.paths)
-    comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed)
+    comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed, score_failed=args.score_failed)
     for title, headers, rows in comparison_tables(comparison):
         table = _table(title, headers)
         for row in rows:
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     tool_stats.set_defaults(run=run_tool_stats)
     compare = commands.add_parser(
         "compare",
-        help="metrics per mode and paired EM differences against a baseline; writes comparison.md and comparison.png",
+        help="metrics per mode and paired differences of every metric against a baseline; writes comparison.md and comparison.png",
     )
     compare.add_argument(
         "paths", nargs="+", metavar="DIR",
@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--baseline", metavar="MODE", help="mode the others are paired against (default: the first run)")
     compare.add_argument("--out", metavar="DIR", type=Path, help="where to write the files (default: the runs' common parent)")
     compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    compare.add_argument(
+        "--score-failed", action="store_true",
+        help="score tasks that ended in error, timeout or infra_error as wrong answers (default: leave them out)",
+    )
     compare.set_defaults(run=run_compare)
     return parser
 

@@ -4,16 +4,20 @@ Every number is rebuilt from `trajectory.jsonl`, streamed one task at a time and
 `rollout.scoring.score_task`, so a comparison agrees with each run's own evaluation summary.
 
 Definitions
-- EM, F1 and contains-answer are means over the run's tasks; retrieval recall is the mean over
-  tasks with gold passage ids (None when no task has any).
-- errors counts tasks that ended in an error other than a timeout; timeouts are counted apart.
+- A record is one (question, repeat). Records that ended in `error`, `timeout` or `infra_error`
+  are counted per run and left out of the metrics, as in the summary (`score_failed=True` scores
+  them as wrong answers instead).
+- EM, F1 and contains-answer are means over the run's scored records; retrieval recall is the
+  mean over scored records with gold passage ids (None when no record has any).
 - tool latency is the client's round trip (`latency_ms` of each trajectory tool call);
   quantiles use numpy's default linear interpolation, like `rollout.report.tool_stats`.
-- tokens per task is the mean `usage.total_tokens` over tasks that report usage.
-- The paired view looks only at task ids both runs finished. A flip is a task whose EM changed
-  between the baseline and the run; the EM difference (run - baseline) gets a percentile
-  bootstrap 95% CI from `BOOTSTRAP_RESAMPLES` resamples of the shared tasks, seeded so the same
-  runs always give the same interval.
+- tokens per task is the mean `usage.total_tokens` over records that report usage.
+- The paired view has questions as its unit: the question ids both runs scored, each question's
+  value being the mean of its scored repeats. Every metric's difference (run - baseline) gets a
+  percentile bootstrap 95% CI from `BOOTSTRAP_RESAMPLES` resamples of those questions, seeded so
+  the same runs always give the same interval (recall pairs only questions with gold passages).
+- A flip is a question right in one run and wrong in the other, "right" meaning a repeat-averaged
+  EM above 0.5 (right in most of its repeats; with one repeat, simply right).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 from rollout.report.calls import run_mode
 from rollout.report.errors import NotARunFolderError, ReportError
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
-from rollout.scoring import score_task
+from rollout.scoring import METRICS, score_task
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +45,10 @@ CI_LEVEL = 0.95
 DEFAULT_SEED = 0
 _RESAMPLE_CELLS = 4_000_000
 """Indices drawn per bootstrap batch: bounds memory (~32 MB) whatever the number of tasks."""
+RIGHT_ABOVE = 0.5
+"""A question is right (for flips) when its EM averaged over its repeats is above this."""
+METRIC_NAMES = {"exact_match": "EM", "f1": "F1", "contains_answer": "contains", "retrieval_recall": "recall"}
+"""Short names of `rollout.scoring.METRICS` in tables and sentences."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +62,13 @@ class RunRow:
     run_dir: Path
     """The run folder."""
     tasks: int
-    """Tasks in trajectory.jsonl."""
+    """Records (question, repeat) in trajectory.jsonl."""
+    scored: int
+    """Records that entered the metrics."""
+    repeats: int
+    """Repeats of the run (highest `repeat` + 1)."""
     exact_match: float | None
-    """Mean EM (None without tasks)."""
+    """Mean EM over scored records (None without any)."""
     f1: float | None
     """Mean token F1."""
     contains_answer: float | None
@@ -70,9 +82,11 @@ class RunRow:
     latency_p95_ms: float | None
     """95th percentile client round trip of a tool call."""
     errors: int
-    """Tasks that ended in an error other than a timeout."""
+    """Records with status `error`."""
     timeouts: int
-    """Tasks that hit their time limit."""
+    """Records with status `timeout`."""
+    infra_errors: int
+    """Records with status `infra_error` (a tool call failed for infrastructure reasons)."""
     tokens_per_task: float | None
     """Mean total tokens per task over tasks reporting usage (None when none does)."""
 
@@ -82,37 +96,73 @@ class RunRow:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricDiff:
+    """One metric of a run against the baseline, paired by question."""
+
+    metric: str
+    """A name from `rollout.scoring.METRICS`."""
+    questions: int
+    """Shared questions where both runs have a value (fewer for recall: those with gold passages)."""
+    run: float | None
+    """The run's mean over those questions (None when there are none)."""
+    baseline: float | None
+    """The baseline's mean over those questions."""
+    diff: float | None
+    """run - baseline."""
+    ci_low: float | None
+    """Lower end of the paired bootstrap CI of diff."""
+    ci_high: float | None
+    """Upper end of the paired bootstrap CI of diff."""
+
+
+@dataclass(frozen=True, slots=True)
 class PairedComparison:
-    """One run against the baseline, on the task ids both finished."""
+    """One run against the baseline, on the question ids both scored."""
 
     label: str
     """The run's label."""
     baseline: str
     """The baseline's label."""
     shared: int
-    """Task ids in both runs."""
+    """Question ids both runs scored."""
     only_in_run: int
-    """Task ids only the run has."""
+    """Question ids only the run scored."""
     only_in_baseline: int
-    """Task ids only the baseline has."""
-    em_run: float | None
-    """The run's EM on the shared tasks (None when nothing is shared)."""
-    em_baseline: float | None
-    """The baseline's EM on the shared tasks."""
-    em_diff: float | None
-    """em_run - em_baseline."""
-    ci_low: float | None
-    """Lower end of the bootstrap CI of em_diff."""
-    ci_high: float | None
-    """Upper end of the bootstrap CI of em_diff."""
+    """Question ids only the baseline scored."""
+    metrics: dict[str, MetricDiff]
+    """Every metric's paired difference, in `METRICS` order."""
     wrong_to_right: int
-    """Shared tasks the baseline got wrong and the run got right (by EM)."""
+    """Shared questions the baseline got wrong and the run got right (repeat-averaged EM > 0.5)."""
     right_to_wrong: int
-    """Shared tasks the baseline got right and the run got wrong."""
+    """Shared questions the baseline got right and the run got wrong."""
 
     @property
     def not_shared(self) -> int:
         return self.only_in_run + self.only_in_baseline
+
+    @property
+    def em(self) -> MetricDiff:
+        return self.metrics["exact_match"]
+
+    @property
+    def em_run(self) -> float | None:
+        return self.em.run
+
+    @property
+    def em_baseline(self) -> float | None:
+        return self.em.baseline
+
+    @property
+    def em_diff(self) -> float | None:
+        return self.em.diff
+
+    @property
+    def ci_low(self) -> float | None:
+        return self.em.ci_low
+
+    @property
+    def ci_high(self) -> float | None:
+        return self.em.ci_high
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +178,9 @@ class Comparison:
     seed: int
     """Seed of the bootstrap."""
     resamples: int
-    """Bootstrap resamples per pair."""
+    """Bootstrap resamples per pair and metric."""
+    score_failed: bool = False
+    """Whether failed records were scored as wrong answers (else left out)."""
 
     @property
     def tools(self) -> list[str]:
@@ -139,8 +191,8 @@ class Comparison:
 @dataclass(frozen=True, slots=True)
 class _ScoredRun:
     row: RunRow
-    em: dict[str, float]
-    """EM per task id, for pairing."""
+    questions: dict[str, dict[str, float | None]]
+    """Per scored question id: each metric averaged over its scored repeats (None when it has no value)."""
 
 
 # ---------------------------------------------------------------- finding and reading runs
@@ -179,39 +231,50 @@ def _mean(values: list[float]) -> float | None:
     return round(float(np.mean(np.asarray(values, dtype=np.float64))), 4) if values else None
 
 
-def _score_run(run_dir: Path, label: str) -> _ScoredRun:
-    em: dict[str, float] = {}
-    metrics: dict[str, list[float]] = {"exact_match": [], "f1": [], "contains_answer": [], "retrieval_recall": []}
+def _question_means(values: dict[str, list[float]]) -> dict[str, float | None]:
+    return {m: float(np.mean(v)) if v else None for m, v in values.items()}
+
+
+def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _ScoredRun:
+    seen: set[tuple[str, int]] = set()
+    per_question: dict[str, dict[str, list[float]]] = {}
+    metrics: dict[str, list[float]] = {m: [] for m in METRICS}
     calls: Counter[str] = Counter()
+    statuses: Counter[str] = Counter()
     latencies: list[float] = []
     tokens: list[float] = []
-    errors = timeouts = duplicates = 0
+    duplicates = repeats = 0
     for task in iter_trajectory(run_dir / TRAJECTORY_FILE):
-        if task.id in em:  # resume keeps one line per id; a second one is stale, as there
+        if task.key in seen:  # resume keeps one line per (id, repeat); a second one is stale, as there
             duplicates += 1
             continue
-        s = score_task(task)
-        em[task.id] = s["exact_match"]
-        for key, values in metrics.items():
-            if s[key] is not None:
-                values.append(s[key])
+        seen.add(task.key)
+        repeats = max(repeats, task.repeat + 1)
+        s = score_task(task, score_failed=score_failed)
+        statuses[task.status] += 1
+        if s["scored"]:
+            question = per_question.setdefault(task.id, {m: [] for m in METRICS})
+            for key, values in metrics.items():
+                if s[key] is not None:
+                    values.append(s[key])
+                    question[key].append(s[key])
         calls.update(str(c.get("name")) for c in task.tool_calls)
         latencies += [float(c["latency_ms"]) for c in task.tool_calls if isinstance(c.get("latency_ms"), (int, float))]
         if s["total_tokens"] is not None:
             tokens.append(float(s["total_tokens"]))
-        timeouts += s["timeout"]
-        errors += s["error"]
     if duplicates:
-        logger.warning("%s: %d repeated task ids; kept the first line of each", run_dir / TRAJECTORY_FILE, duplicates)
-    n = len(em)
+        logger.warning("%s: %d repeated (task id, repeat) records; kept the first line of each",
+                       run_dir / TRAJECTORY_FILE, duplicates)
+    n = len(seen)
     row = RunRow(
-        label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n,
-        **{key: _mean(values) for key, values in metrics.items()},
+        label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n, scored=len(metrics["exact_match"]),
+        repeats=repeats, **{key: _mean(values) for key, values in metrics.items()},
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),
-        errors=int(errors), timeouts=int(timeouts), tokens_per_task=_mean(tokens),
+        errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
+        tokens_per_task=_mean(tokens),
     )
-    return _ScoredRun(row, em)
+    return _ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})
 
 
 def _labels(runs: list[Path], root: Path) -> list[str]:
@@ -254,22 +317,28 @@ def bootstrap_ci(
     return float(low), float(high)
 
 
-def pair(run: _ScoredRun, base: _ScoredRun, *, resamples: int, seed: int) -> PairedComparison:
-    shared = [t for t in base.em if t in run.em]  # baseline order: the same ids give the same resamples
-    only_run = sum(t not in base.em for t in run.em)
-    only_base = len(base.em) - len(shared)
-    if not shared:
-        return PairedComparison(run.row.label, base.row.label, 0, only_run, only_base,
-                                None, None, None, None, None, 0, 0)
-    r = np.array([run.em[t] for t in shared], dtype=np.float64)
-    b = np.array([base.em[t] for t in shared], dtype=np.float64)
+def _metric_diff(metric: str, run: _ScoredRun, base: _ScoredRun, shared: list[str], *,
+                 resamples: int, seed: int) -> MetricDiff:
+    both = [q for q in shared if run.questions[q][metric] is not None and base.questions[q][metric] is not None]
+    if not both:
+        return MetricDiff(metric, 0, None, None, None, None, None)
+    r = np.array([run.questions[q][metric] for q in both], dtype=np.float64)
+    b = np.array([base.questions[q][metric] for q in both], dtype=np.float64)
     low, high = bootstrap_ci(r - b, resamples=resamples, seed=seed)
+    return MetricDiff(metric, len(both), float(r.mean()), float(b.mean()), float((r - b).mean()), low, high)
+
+
+def pair(run: _ScoredRun, base: _ScoredRun, *, resamples: int, seed: int) -> PairedComparison:
+    shared = [q for q in base.questions if q in run.questions]  # baseline order: the same ids give the same resamples
+    only_run = sum(q not in base.questions for q in run.questions)
+    only_base = len(base.questions) - len(shared)
+    diffs = {m: _metric_diff(m, run, base, shared, resamples=resamples, seed=seed) for m in METRICS}
+    right_run = np.array([run.questions[q]["exact_match"] > RIGHT_ABOVE for q in shared], dtype=bool)
+    right_base = np.array([base.questions[q]["exact_match"] > RIGHT_ABOVE for q in shared], dtype=bool)
     return PairedComparison(
         label=run.row.label, baseline=base.row.label, shared=len(shared),
-        only_in_run=only_run, only_in_baseline=only_base,
-        em_run=float(r.mean()), em_baseline=float(b.mean()), em_diff=float((r - b).mean()),
-        ci_low=low, ci_high=high,
-        wrong_to_right=int(((b == 0) & (r > 0)).sum()), right_to_wrong=int(((b > 0) & (r == 0)).sum()),
+        only_in_run=only_run, only_in_baseline=only_base, metrics=diffs,
+        wrong_to_right=int((~right_base & right_run).sum()), right_to_wrong=int((right_base & ~right_run).sum()),
     )
 
 
@@ -290,17 +359,19 @@ def _pick_baseline(rows: list[RunRow], baseline: str | None) -> int:
 
 def compare_runs(
     paths: Sequence[Path | str], *, baseline: str | None = None,
-    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = DEFAULT_SEED,
+    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = DEFAULT_SEED, score_failed: bool = False,
 ) -> Comparison:
     """Score the runs named by `paths` (run folders or their parents) and pair each with the
-    baseline (`baseline` names a mode or label; default the first run)."""
+    baseline (`baseline` names a mode or label; default the first run). `score_failed` scores
+    failed records as wrong answers instead of leaving them out."""
     runs = find_runs(paths)
     labels = _labels(runs, common_parent(runs))
-    scored = [_score_run(run, label) for run, label in zip(runs, labels, strict=True)]
+    scored = [_score_run(run, label, score_failed=score_failed) for run, label in zip(runs, labels, strict=True)]
     rows = [s.row for s in scored]
     b = _pick_baseline(rows, baseline)
     pairs = [pair(s, scored[b], resamples=resamples, seed=seed) for i, s in enumerate(scored) if i != b]
-    return Comparison(rows=rows, baseline=rows[b].label, pairs=pairs, seed=seed, resamples=resamples)
+    return Comparison(rows=rows, baseline=rows[b].label, pairs=pairs, seed=seed, resamples=resamples,
+                      score_failed=score_failed)
 
 
 # ---------------------------------------------------------------- tables and markdown
@@ -313,18 +384,27 @@ def _signed(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:+.{digits}f}"
 
 
+def _ci(d: MetricDiff) -> str:
+    return "-" if d.ci_low is None else f"[{_signed(d.ci_low)}, {_signed(d.ci_high)}]"
+
+
 def pair_sentence(p: PairedComparison) -> str:
-    """E.g. "sparse vs dense: EM +0.185 [95% CI +0.120, +0.250] on 200 shared tasks; 41 wrong→right, 4 right→wrong"."""
+    """E.g. "sparse vs dense: EM +0.185 [95% CI +0.120, +0.250] on 200 shared questions; 41 wrong→right,
+    4 right→wrong; F1 +0.150 [...], contains ..., recall ..."."""
     if not p.shared:
-        return f"{p.label} vs {p.baseline}: no shared task ids ({p.only_in_run} only in {p.label}, " \
+        return f"{p.label} vs {p.baseline}: no shared question ids ({p.only_in_run} only in {p.label}, " \
                f"{p.only_in_baseline} only in {p.baseline}); nothing to pair"
     text = (
         f"{p.label} vs {p.baseline}: EM {_signed(p.em_diff)} [{100 * CI_LEVEL:.0f}% CI {_signed(p.ci_low)}, "
-        f"{_signed(p.ci_high)}] on {p.shared} shared tasks; {p.wrong_to_right} wrong→right, "
+        f"{_signed(p.ci_high)}] on {p.shared} shared questions; {p.wrong_to_right} wrong→right, "
         f"{p.right_to_wrong} right→wrong"
     )
+    others = [f"{METRIC_NAMES[m]} {_signed(d.diff)} {_ci(d)}" for m, d in p.metrics.items()
+              if m != "exact_match" and d.diff is not None]
+    if others:
+        text += "; " + ", ".join(others)
     if p.not_shared:
-        text += f"; {p.not_shared} task ids not shared ({p.only_in_run} only in {p.label}, " \
+        text += f"; {p.not_shared} question ids not shared ({p.only_in_run} only in {p.label}, " \
                 f"{p.only_in_baseline} only in {p.baseline})"
     return text
 
@@ -334,14 +414,15 @@ Table = tuple[str, list[str], list[list[str]]]
 
 
 def comparison_tables(c: Comparison) -> list[Table]:
-    """The comparison's tables: per mode, tool calls per task, and against the baseline."""
+    """The comparison's tables: per mode, tool calls per task, and against the baseline (every
+    metric with its CI, then the flips)."""
     metrics = (
         "per mode",
-        ["mode", "tasks", "EM", "F1", "contains", "recall", "calls/task", "tool p50 ms", "tool p95 ms",
-         "errors", "timeouts", "tokens/task"],
-        [[r.label, str(r.tasks), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
+        ["mode", "tasks", "scored", "EM", "F1", "contains", "recall", "calls/task", "tool p50 ms", "tool p95 ms",
+         "errors", "timeouts", "infra", "tokens/task"],
+        [[r.label, str(r.tasks), str(r.scored), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
           _num(r.retrieval_recall), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
-          _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), _num(r.tokens_per_task, 1)]
+          _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), _num(r.tokens_per_task, 1)]
          for r in c.rows],
     )
     tools = c.tools
@@ -352,15 +433,17 @@ def comparison_tables(c: Comparison) -> list[Table]:
          for r in c.rows],
     )
     paired = (
-        f"against {c.baseline} (paired on shared task ids)",
-        ["mode", "shared", f"EM {c.baseline}", "EM mode", "ΔEM", f"{100 * CI_LEVEL:.0f}% CI",
-         "wrong→right", "right→wrong", "not shared"],
-        [[p.label, str(p.shared), _num(p.em_baseline), _num(p.em_run), _signed(p.em_diff),
-          "-" if p.ci_low is None else f"[{_signed(p.ci_low)}, {_signed(p.ci_high)}]",
-          str(p.wrong_to_right), str(p.right_to_wrong), str(p.not_shared)]
-         for p in c.pairs],
+        f"against {c.baseline} (paired on shared questions, repeats averaged)",
+        ["mode", "metric", "questions", c.baseline, "mode value", "Δ", f"{100 * CI_LEVEL:.0f}% CI"],
+        [[p.label, METRIC_NAMES[m], str(d.questions), _num(d.baseline), _num(d.run), _signed(d.diff), _ci(d)]
+         for p in c.pairs for m, d in p.metrics.items()],
     )
-    return [metrics, calls, paired] if c.pairs else [metrics, calls]
+    flips = (
+        f"flips against {c.baseline} (EM)",
+        ["mode", "shared", "wrong→right", "right→wrong", "not shared"],
+        [[p.label, str(p.shared), str(p.wrong_to_right), str(p.right_to_wrong), str(p.not_shared)] for p in c.pairs],
+    )
+    return [metrics, calls, paired, flips] if c.pairs else [metrics, calls]
 
 
 def _md_cell(text: str) -> str:
@@ -381,9 +464,11 @@ def render_markdown(c: Comparison, *, plot: str | None = None) -> str:
     parts = [f"# Comparison of {len(c.rows)} runs", ""]
     if c.pairs:
         parts += [
-            f"Baseline: **{c.baseline}**. EM differences are paired on the task ids both runs finished; "
-            f"{100 * CI_LEVEL:.0f}% CIs are percentile bootstraps over those tasks "
-            f"({c.resamples:,} resamples, seed {c.seed}).", "",
+            f"Baseline: **{c.baseline}**. Differences are paired on the question ids both runs scored, "
+            f"each question's value averaged over its repeats; {100 * CI_LEVEL:.0f}% CIs are percentile "
+            f"bootstraps over those questions ({c.resamples:,} resamples, seed {c.seed}). For flips a question "
+            f"is right when its repeat-averaged EM is above {RIGHT_ABOVE}. Records that ended in error, timeout or "
+            + ("infra_error are scored as wrong answers." if c.score_failed else "infra_error are left out."), "",
             *(f"- {pair_sentence(p)}" for p in c.pairs), "",
         ]
     for title, headers, rows in comparison_tables(c):

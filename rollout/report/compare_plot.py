@@ -1,7 +1,8 @@
-"""comparison.png: answer quality per mode, the paired EM difference with its CI, and tool use.
+"""comparison.png: answer quality per mode, the paired metric differences with their CIs, and tool use.
 
-Panels, left to right: EM / F1 / contains-answer per mode as grouped bars; each mode's EM
-difference from the baseline with its bootstrap 95% CI (only when there is something to pair);
+Panels, left to right: EM / F1 / contains-answer per mode as grouped bars; each mode's difference
+from the baseline in every metric (EM, F1, contains, recall) with its paired bootstrap 95% CI
+(only when there is something to pair);
 tool calls per task stacked by tool. Drawn with matplotlib's Agg backend, so it works without a
 display (on a cluster node, inside a Hydra sweep).
 """
@@ -21,6 +22,9 @@ from rollout.report.compare import CI_LEVEL, Comparison  # noqa: E402
 
 METRICS = (("exact_match", "EM"), ("f1", "F1"), ("contains_answer", "contains"))
 METRIC_COLORS = ("#4C72B0", "#55A868", "#C44E52")
+DIFF_METRICS = (*METRICS, ("retrieval_recall", "recall"))
+"""Metrics of the difference panel, top to bottom within a mode."""
+DIFF_MARKERS = ("o", "s", "^", "D")
 BETTER, WORSE, UNCLEAR = "#2E7D32", "#C62828", "#616161"
 """CI above zero, below zero, or across it."""
 
@@ -44,31 +48,36 @@ def _metrics_panel(ax: Axes, c: Comparison) -> None:
         ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
     _set_mode_ticks(ax, c)
     ax.set_ylim(0, 1.12)
-    ax.set_ylabel("score (mean over tasks)")
+    ax.set_ylabel("score (mean over scored tasks)")
     ax.set_title("answer quality per mode")
     ax.legend(loc="upper left", ncols=3, fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
 
 
 def _diff_panel(ax: Axes, c: Comparison) -> None:
-    pairs = [p for p in c.pairs if p.em_diff is not None]
+    pairs = [p for p in c.pairs if any(d.diff is not None for d in p.metrics.values())]
     ys = list(range(len(pairs)))[::-1]  # first pair on top, as in the tables
+    step = 0.8 / len(DIFF_METRICS)
+    bound = 0.05
     for y, p in zip(ys, pairs, strict=True):
-        color = BETTER if p.ci_low > 0 else WORSE if p.ci_high < 0 else UNCLEAR
-        ax.errorbar(p.em_diff, y, xerr=[[p.em_diff - p.ci_low], [p.ci_high - p.em_diff]],
-                    fmt="o", color=color, capsize=4, markersize=6)
-        ax.annotate(
-            f"{p.em_diff:+.3f} [{p.ci_low:+.3f}, {p.ci_high:+.3f}]\n"
-            f"n={p.shared} · {p.wrong_to_right} W→R · {p.right_to_wrong} R→W",
-            (p.em_diff, y), xytext=(0, 9), textcoords="offset points", ha="center", fontsize=7, color=color,
-        )
+        for j, (key, name) in enumerate(DIFF_METRICS):
+            d = p.metrics[key]
+            if d.diff is None:
+                continue
+            at = y + ((len(DIFF_METRICS) - 1) / 2 - j) * step  # EM on top within its mode
+            color = BETTER if d.ci_low > 0 else WORSE if d.ci_high < 0 else UNCLEAR
+            ax.errorbar(d.diff, at, xerr=[[d.diff - d.ci_low], [d.ci_high - d.diff]],
+                        fmt=DIFF_MARKERS[j], color=color, capsize=3, markersize=5)
+            ax.annotate(f"{name} {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]", (d.ci_high, at),
+                        xytext=(4, 0), textcoords="offset points", va="center", fontsize=6, color=color)
+            bound = max(bound, abs(d.ci_low), abs(d.ci_high))
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(ys, [p.label for p in pairs])
-    ax.set_ylim(-0.7, len(pairs) - 0.3)
-    bound = max([abs(v) for p in pairs for v in (p.ci_low, p.ci_high)] + [0.05]) * 1.3
-    ax.set_xlim(-bound, bound)
-    ax.set_xlabel(f"EM − EM of {c.baseline} (paired, {100 * CI_LEVEL:.0f}% bootstrap CI)")
-    ax.set_title(f"EM difference vs {c.baseline}")
+    ax.set_yticks(ys, [f"{p.label}\nn={p.shared} · {p.wrong_to_right} W→R · {p.right_to_wrong} R→W" for p in pairs],
+                  fontsize=8)
+    ax.set_ylim(-0.6, len(pairs) - 0.4)
+    ax.set_xlim(-bound * 1.3, bound * 2.2)  # room on the right for the labels
+    ax.set_xlabel(f"metric − metric of {c.baseline} (paired by question, {100 * CI_LEVEL:.0f}% bootstrap CI)")
+    ax.set_title(f"differences vs {c.baseline}")
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -96,7 +105,7 @@ def _tools_panel(ax: Axes, c: Comparison) -> None:
 def plot_comparison(c: Comparison, path: Path | str) -> Path:
     """Draw the comparison into `path` (PNG); returns the path."""
     path = Path(path)
-    with_diff = any(p.em_diff is not None for p in c.pairs)
+    with_diff = any(d.diff is not None for p in c.pairs for d in p.metrics.values())
     panels = [_metrics_panel, *([_diff_panel] if with_diff else []), _tools_panel]
     width = max(4.5, 0.9 * len(c.rows) + 2.5)
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.8), layout="constrained")

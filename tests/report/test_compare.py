@@ -1,9 +1,11 @@
 """`rollout.report.compare` and `python -m rollout.report compare`: numbers checkable by hand.
 
-Two hand-written runs over tasks t0..t9 (shared) plus one task each that the other lacks:
-- dense  (baseline): right on t0..t3; t11 only here, an error. EM 4/11.
-- sparse:            right on t0, t1, t4..t8; t9 timed out; t10 only here, right. EM 8/11.
-On the 10 shared tasks: 5 wrong→right (t4..t8), 2 right→wrong (t2, t3), EM 0.4 → 0.7, +0.3.
+Two hand-written runs over questions t0..t9 plus a few that only one run has, one repeat each:
+- dense  (baseline): right on t0..t3; t11 only here, an error. 11 tasks, 10 scored, EM 4/10.
+- sparse:            right on t0, t1, t4..t8; t9 timed out; t10 only here, right; t12 hit an
+                     infrastructure failure after a right answer. 12 tasks, 10 scored, EM 8/10.
+Failed tasks are not scored, so the questions both runs scored are t0..t8: 5 wrong→right (t4..t8),
+2 right→wrong (t2, t3), EM 4/9 → 7/9, +1/3; t9 (baseline only) and t10 (sparse only) are not shared.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rollout.report.compare import (
     COMPARISON_MD,
     COMPARISON_PNG,
     bootstrap_ci,
+    comparison_tables,
     compare_runs,
     find_runs,
     write_comparison,
@@ -53,9 +56,10 @@ def dense_tasks() -> list[dict]:
 
 def sparse_tasks() -> list[dict]:
     right = {0, 1, 4, 5, 6, 7, 8, 10}
+    status = {9: "timeout", 12: "infra_error"}
     return [
-        result(i, i in right, [call(SPARSE, 1.0), call(SPARSE, 3.0)], status="timeout" if i == 9 else "ok")
-        for i in [*range(10), 10]
+        result(i, i in right or i == 12, [call(SPARSE, 1.0), call(SPARSE, 3.0)], status=status.get(i, "ok"))
+        for i in [*range(10), 10, 12]
     ]
 
 
@@ -76,14 +80,16 @@ def runs(tmp_path):
 def test_rows_are_the_scores_of_each_run(runs):
     c = compare_runs(runs)
     dense, sparse = c.rows
-    assert (dense.label, dense.tasks, sparse.label, sparse.tasks) == ("dense", 11, "sparse", 11)
-    assert dense.exact_match == round(4 / 11, 4) and sparse.exact_match == round(8 / 11, 4)
-    assert dense.contains_answer == round(4 / 11, 4)
-    assert dense.retrieval_recall == round(5 / 11, 4) and sparse.retrieval_recall is None
+    assert (dense.label, dense.tasks, sparse.label, sparse.tasks) == ("dense", 11, "sparse", 12)
+    assert (dense.scored, sparse.scored, dense.repeats) == (10, 10, 1)
+    assert dense.exact_match == 0.4 and sparse.exact_match == 0.8  # failed tasks left out, not wrong
+    assert dense.contains_answer == 0.4
+    assert dense.retrieval_recall == 0.5 and sparse.retrieval_recall is None  # t0..t4 of t0..t9
     assert dense.calls_per_task == {DENSE: 1.0} and sparse.calls_per_task == {SPARSE: 2.0}
     assert (dense.latency_p50_ms, dense.latency_p95_ms) == (60.0, 105.0)  # 10..110 ms
-    assert (sparse.latency_p50_ms, sparse.latency_p95_ms) == (2.0, 3.0)  # 1,3 ×11: linear p95 lands on 3
-    assert (dense.errors, dense.timeouts, sparse.errors, sparse.timeouts) == (1, 0, 0, 1)
+    assert (sparse.latency_p50_ms, sparse.latency_p95_ms) == (2.0, 3.0)  # 1,3 ×12: linear p95 lands on 3
+    assert (dense.errors, dense.timeouts, dense.infra_errors) == (1, 0, 0)
+    assert (sparse.errors, sparse.timeouts, sparse.infra_errors) == (0, 1, 1)
     assert dense.tokens_per_task == 100.0 and sparse.tokens_per_task is None
     assert c.tools == [DENSE, SPARSE]
 
@@ -92,13 +98,19 @@ def test_pairing_counts_flips_on_shared_tasks(runs):
     c = compare_runs(runs)
     assert c.baseline == "dense"
     (p,) = c.pairs
-    assert (p.label, p.baseline, p.shared, p.only_in_run, p.only_in_baseline) == ("sparse", "dense", 10, 1, 1)
+    assert (p.label, p.baseline, p.shared, p.only_in_run, p.only_in_baseline) == ("sparse", "dense", 9, 1, 1)
     assert (p.wrong_to_right, p.right_to_wrong) == (5, 2)
-    assert p.em_baseline == pytest.approx(0.4) and p.em_run == pytest.approx(0.7)
-    assert p.em_diff == pytest.approx(0.3)
-    assert p.ci_low < 0.3 < p.ci_high
-    # 10 tasks, differences +1×5, -1×2, 0×3: bootstrap sd ≈ sqrt(0.61/10) ≈ 0.25.
-    assert -0.3 < p.ci_low < 0.1 and 0.5 < p.ci_high < 0.9
+    assert p.em_baseline == pytest.approx(4 / 9) and p.em_run == pytest.approx(7 / 9)
+    assert p.em_diff == pytest.approx(1 / 3)
+    assert p.ci_low < 1 / 3 < p.ci_high
+    # 9 questions, differences +1×5, -1×2, 0×2: bootstrap sd ≈ sqrt((7/9 - 1/9) / 9) ≈ 0.27.
+    assert -0.3 < p.ci_low < 0.1 and 0.6 < p.ci_high <= 1.0
+    assert list(p.metrics) == ["exact_match", "f1", "contains_answer", "retrieval_recall"]
+    for m in ("f1", "contains_answer"):  # right answers are exact here, so these move with EM
+        d = p.metrics[m]
+        assert (d.questions, d.diff, d.ci_low, d.ci_high) == (9, pytest.approx(1 / 3), p.ci_low, p.ci_high)
+    recall = p.metrics["retrieval_recall"]  # sparse has no gold passages: nothing to pair
+    assert (recall.questions, recall.diff, recall.ci_low) == (0, None, None)
 
 
 def test_the_baseline_can_be_chosen(runs):
@@ -106,7 +118,7 @@ def test_the_baseline_can_be_chosen(runs):
     (p,) = c.pairs
     assert (c.baseline, p.label) == ("sparse", "dense")
     assert (p.wrong_to_right, p.right_to_wrong) == (2, 5)
-    assert p.em_diff == pytest.approx(-0.3)
+    assert p.em_diff == pytest.approx(-1 / 3)
     with pytest.raises(ReportError, match="nope.*dense, sparse"):
         compare_runs(runs, baseline="nope")
 
@@ -148,7 +160,9 @@ def test_two_runs_of_one_mode_are_told_apart_by_folder(tmp_path):
     c = compare_runs([a, b])
     assert [r.label for r in c.rows] == ["dense (first)", "dense (second)"]
     (p,) = c.pairs
-    assert (p.shared, p.em_diff, p.wrong_to_right, p.right_to_wrong, p.ci_low, p.ci_high) == (11, 0, 0, 0, 0, 0)
+    assert (p.shared, p.wrong_to_right, p.right_to_wrong) == (10, 0, 0)
+    for d in p.metrics.values():  # identical runs: every difference and its CI is exactly 0
+        assert (d.questions, d.diff, d.ci_low, d.ci_high) == (10, 0, 0, 0)
 
 
 def test_a_run_without_config_is_named_by_its_folder(tmp_path):
@@ -161,17 +175,20 @@ def test_a_half_written_line_is_skipped_with_a_warning(runs, caplog):
     with (runs[1] / "trajectory.jsonl").open("a") as f:
         f.write('{"id": "t12", "question": "cut sh')
     c = compare_runs(runs)
-    assert c.rows[1].tasks == 11
-    assert "trajectory.jsonl:12" in caplog.text
+    assert c.rows[1].tasks == 12
+    assert "trajectory.jsonl:13" in caplog.text
 
 
 def test_files_are_written(runs, tmp_path):
     written = write_comparison(compare_runs(runs), tmp_path / "out")
     assert sorted(p.name for p in written) == [COMPARISON_MD, COMPARISON_PNG]
     md = (tmp_path / "out" / COMPARISON_MD).read_text()
-    assert "sparse vs dense: EM +0.300 [95% CI " in md
-    assert "on 10 shared tasks; 5 wrong→right, 2 right→wrong; 2 task ids not shared" in md
-    assert "| dense | 11 | 0.364 | " in md and f"![comparison]({COMPARISON_PNG})" in md
+    assert "sparse vs dense: EM +0.333 [95% CI " in md
+    assert "on 9 shared questions; 5 wrong→right, 2 right→wrong; F1 +0.333 [" in md
+    assert "; 2 question ids not shared" in md
+    assert "| dense | 11 | 10 | 0.400 | " in md and f"![comparison]({COMPARISON_PNG})" in md
+    assert "| sparse | contains | 9 | 0.444 | 0.778 | +0.333 | [" in md
+    assert "| sparse | recall | 0 | - | - | - | - |" in md
     png = (tmp_path / "out" / COMPARISON_PNG).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
@@ -180,8 +197,8 @@ def test_cli_compares_a_parent_folder_and_writes_beside_the_runs(runs):
     root = runs[0].parent
     r = cli("compare", root)
     assert r.returncode == 0, r.stderr
-    assert "sparse vs dense: EM +0.300" in r.stdout
-    for title in ("per mode", "tool calls per task", "against dense"):
+    assert "sparse vs dense: EM +0.333" in r.stdout
+    for title in ("per mode", "tool calls per task", "against dense", "flips against dense"):
         assert title in r.stdout
     assert (root / COMPARISON_MD).is_file() and (root / COMPARISON_PNG).stat().st_size > 0
     assert f"Wrote: {root.resolve() / COMPARISON_MD}" in r.stdout
@@ -190,7 +207,7 @@ def test_cli_compares_a_parent_folder_and_writes_beside_the_runs(runs):
 def test_cli_baseline_and_out(runs, tmp_path):
     r = cli("compare", *runs, "--baseline", "sparse", "--out", tmp_path / "cmp")
     assert r.returncode == 0, r.stderr
-    assert "dense vs sparse: EM -0.300" in r.stdout
+    assert "dense vs sparse: EM -0.333" in r.stdout
     assert (tmp_path / "cmp" / COMPARISON_MD).is_file()
 
 
@@ -214,3 +231,66 @@ def test_cli_unknown_baseline_is_one_line_and_exit_2(runs):
     r = cli("compare", *runs, "--baseline", "hybrid")
     assert r.returncode == 2
     assert r.stderr.strip() == "error: --baseline hybrid: no run has this mode; the runs are: dense, sparse"
+
+
+def repeated(i: int, right: list[bool], *, found: list[bool], status: list[str] | None = None) -> list[dict]:
+    """Question t{i} asked len(right) times (records with `repeat`); gold passage d{i} found where `found`."""
+    records = []
+    for r, (ok, hit) in enumerate(zip(right, found, strict=True)):
+        rec = result(i, ok, [call(DENSE, 5.0, ids=[f"d{i}"] if hit else ["zz"])], gold_docs=[f"d{i}"],
+                     status=(status or ["ok"] * len(right))[r])
+        records.append({**rec, "repeat": r, "seed": 100 + r})
+    return records
+
+
+def test_questions_are_the_unit_and_repeats_are_averaged_first(tmp_path):
+    # Two repeats per question. Baseline: right (and gold found) in repeat 0 only, so 0.5 per question;
+    # the run: right in both, 1.0 per question. Every question differs by exactly +0.5, so the
+    # bootstrap over questions has nothing to vary: CI [0.5, 0.5]. (Pairing records instead would
+    # mix differences of 0 and 1 and give a wide interval.)
+    base = make(tmp_path, "base", "dense", [r for i in range(4) for r in repeated(i, [True, False], found=[True, False])])
+    run = make(tmp_path, "run", "hybrid", [r for i in range(4) for r in repeated(i, [True, True], found=[True, True])])
+    c = compare_runs([base, run])
+    assert [(r.tasks, r.scored, r.repeats) for r in c.rows] == [(8, 8, 2), (8, 8, 2)]
+    (p,) = c.pairs
+    assert p.shared == 4
+    for d in p.metrics.values():
+        assert (d.questions, d.baseline, d.run, d.diff, d.ci_low, d.ci_high) == (4, 0.5, 1.0, 0.5, 0.5, 0.5)
+    # Right means a repeat-averaged EM above 0.5: the baseline's 0.5 is wrong, the run's 1.0 right.
+    assert (p.wrong_to_right, p.right_to_wrong) == (4, 0)
+
+
+def test_a_question_with_a_failed_repeat_is_averaged_over_the_rest(tmp_path):
+    # q0's second repeat hit the infrastructure: q0 is scored on its first repeat alone (right);
+    # q1 has no scored repeat at all and so is not shared.
+    base = make(tmp_path, "base", "dense", [*repeated(0, [True, True], found=[True, True]),
+                                            *repeated(1, [True, True], found=[True, True])])
+    run = make(tmp_path, "run", "hybrid", [
+        *repeated(0, [True, False], found=[True, True], status=["ok", "infra_error"]),
+        *repeated(1, [True, True], found=[True, True], status=["timeout", "infra_error"]),
+    ])
+    c = compare_runs([base, run])
+    assert (c.rows[1].scored, c.rows[1].timeouts, c.rows[1].infra_errors) == (1, 1, 2)
+    (p,) = c.pairs
+    assert (p.shared, p.only_in_baseline, p.em_diff, p.right_to_wrong) == (1, 1, 0.0, 0)
+    # Scored as wrong answers instead, q0 is right in 1 of 2 and q1 in none.
+    (p,) = compare_runs([base, run], score_failed=True).pairs
+    assert (p.shared, p.em_run, p.em_diff, p.right_to_wrong) == (2, 0.25, -0.75, 2)
+
+
+def test_the_table_counts_failed_tasks_per_run(runs):
+    (title, headers, rows), *_ = comparison_tables(compare_runs(runs))
+    cells = [dict(zip(headers, row, strict=True)) for row in rows]
+    assert [(c["tasks"], c["scored"], c["errors"], c["timeouts"], c["infra"]) for c in cells] == [
+        ("11", "10", "1", "0", "0"), ("12", "10", "0", "1", "1")]
+
+
+def test_cli_prints_the_infra_column_and_every_metric(runs):
+    r = cli("compare", *runs)
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if "timeouts" in line)
+    assert "infra" in header
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in r.stdout.splitlines() if line.startswith("│ sparse")]
+    paired = {row[1]: row for row in cells if len(row) == 7}  # mode, metric, questions, dense, mode value, Δ, CI
+    assert sorted(paired) == ["EM", "F1", "contains", "recall"]
+    assert paired["EM"][2:6] == ["9", "0.444", "0.778", "+0.333"] and paired["EM"][6].startswith("[")

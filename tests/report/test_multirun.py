@@ -25,7 +25,7 @@ def test_the_sweep_folder_runs_are_compared(tmp_path):
     (tmp_path / "crashed").mkdir()  # a job that wrote nothing is left out
     CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path))
     md = (tmp_path / COMPARISON_MD).read_text()
-    assert "sparse vs dense: EM +0.300" in md and "crashed" not in md
+    assert "sparse vs dense: EM +0.333" in md and "crashed" not in md
     assert (tmp_path / COMPARISON_PNG).stat().st_size > 0
 
 
@@ -39,7 +39,7 @@ def test_jobs_seen_ending_are_compared_in_sweep_order(tmp_path):
         callback.on_job_end(OmegaConf.create({"output_dir": str(run)}), SimpleNamespace(cfg=None))
     callback.on_multirun_end(sweep_config(sweep))
     md = (sweep / COMPARISON_MD).read_text()
-    assert "dense vs sparse: EM -0.300" in md  # the first job swept is the baseline
+    assert "dense vs sparse: EM -0.333" in md  # the first job swept is the baseline
     assert "hybrid" not in md
 
 
