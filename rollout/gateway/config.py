@@ -16,7 +16,7 @@ GATEWAYS_DIR = CONF_DIR / "gateways"
 
 
 class ToolGroupEntry(BaseModel):
-    """A tool group written as an object, `{"name": "rag_query_sparse", "active": false}`."""
+    """A tool group written as an object, `{"name": "rag_query", "active": false, "fixed_params": {"top_k": 5}}`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,6 +26,9 @@ class ToolGroupEntry(BaseModel):
     """Whether the group's tool set is active when a task starts (with `dynamic_toolsets`)."""
     description: str | None = None
     """What `list_toolsets` says about the set; None uses the registered group description."""
+    fixed_params: dict[str, Any] = Field(default_factory=dict)
+    """Arguments pinned for the group's tools: hidden from their input schema, and every call runs with
+    these values whatever the client sends (see `rollout.gateway.tool_params`)."""
 
 
 class GatewayModule(BaseModel):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -22,6 +23,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware
 from rollout.gateway.timeout import CallTimeout
+from rollout.gateway.tool_params import bind_tool, check_fixed_params
 from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolSet, ToolsetCatalog, ToolsetGate, local_toolsets
 from rollout.gateway.upstream import UpstreamTools, upstream_specs
 from rollout.wire import META_GROUP, META_RESOURCE_TYPE
@@ -29,14 +31,18 @@ from rollout.wire import META_GROUP, META_RESOURCE_TYPE
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, slots=True)
 class ServedTool:
     """A registered function the gateway will expose, with the group that brought it in."""
 
     fn: ToolFn
+    """The registered function."""
     group: str
+    """The group that brought it in."""
     resource_type: str
+    """Module type of that group (`rag`, `system`, ...)."""
+    fixed_params: Mapping[str, Any] = field(default_factory=dict)
+    """Arguments the gateway file pins for it (the group's `fixed_params`), validated; hidden from its schema."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,8 @@ class GatewayPlan:
 
 
 def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
-    """Resolve a gateway file's modules to tools; an unknown group in a served module raises."""
+    """Resolve a gateway file's modules to tools; an unknown group in a served module, or a `fixed_params`
+    entry its tools do not take or whose value their schema rejects, raises `ConfigError`."""
     ToolRegistry.autodiscover()
     served_types = {ToolRegistry.get_group(g).resource_type for g in ToolRegistry.group_names()}
     tools: dict[ToolFn, ServedTool] = {}
@@ -74,8 +81,9 @@ def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
                 )
             group = ToolRegistry.get_group(name)
             requires.update(dict.fromkeys(group.requires))
+            pins = check_fixed_params(name, group.tools, gateway.group_entry(name).fixed_params)
             for fn in group.tools:
-                tools.setdefault(fn, ServedTool(fn, name, group.resource_type))
+                tools.setdefault(fn, ServedTool(fn, name, group.resource_type, pins.get(fn.__name__, {})))
     if gateway.dynamic_toolsets:
         group = ToolRegistry.get_group(TOOLSETS_GROUP)
         for fn in group.tools:
@@ -138,18 +146,21 @@ def build_gateway(
     )
     for tool in plan.tools:
         server.add_tool(
-            tool.fn,
+            bind_tool(tool.fn, tool.fixed_params, kb),
             meta={META_GROUP: tool.group, META_RESOURCE_TYPE: tool.resource_type},
             structured_output=True,
         )
         logger.info("Registered tool: %s", tool.fn.__name__)
 
     tool_names = [t.fn.__name__ for t in plan.tools]
+    fixed_params = {t.fn.__name__: dict(t.fixed_params) for t in plan.tools if t.fixed_params}
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> JSONResponse:
         tools = tool_names + server.upstreams.tool_names
-        return JSONResponse({"status": "ok", "server_name": gateway.server_name, "tools": tools})
+        return JSONResponse(
+            {"status": "ok", "server_name": gateway.server_name, "tools": tools, "fixed_params": fixed_params}
+        )
 
     return server
 

@@ -11,10 +11,11 @@ from pydantic import Field
 
 from rollout.gateway.knowledge import DocumentSearchResult, KnowledgeBase, RecallResult
 from rollout.gateway.registry import ToolRegistry
+from rollout.gateway.tool_params import KBDefault
 
 Query = Annotated[str, Field(description="What to search for: a question, keywords or a name")]
-MaxFiles = Annotated[int, Field(description="How many documents to return, 1 to 50 (default 10)")]
-MaxTokens = Annotated[int, Field(description="Budget of whitespace-separated words to return (default 4000)")]
+MaxFiles = Annotated[int, Field(description="How many documents to return, 1 to 50")]
+MaxTokens = Annotated[int, Field(description="Budget of whitespace-separated words to return")]
 DocIds = Annotated[
     list[str] | None,
     Field(description="Documents to read (doc_id values from search_documents); leave out or pass [] to "
@@ -31,7 +32,9 @@ def _kb(ctx: Context) -> KnowledgeBase:
     requires=("sparse",),
     description="Document search: rank whole documents by keyword (BM25) relevance, without their text.",
 )
-def search_documents(query: Query, ctx: Context, max_files: MaxFiles = 10) -> DocumentSearchResult:
+def search_documents(
+    query: Query, ctx: Context, max_files: MaxFiles = KBDefault("default_max_files")
+) -> DocumentSearchResult:
     """[Document Search] List the documents most relevant to a query, without their text.
 
     Returns document ids, titles and keyword (BM25) relevance scores, best first. Pass the ids

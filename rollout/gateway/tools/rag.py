@@ -10,9 +10,12 @@ from pydantic import Field
 
 from rollout.gateway.knowledge import KnowledgeBase, SearchResult
 from rollout.gateway.registry import ToolRegistry
+from rollout.gateway.tool_params import KBDefault
 
 Query = Annotated[str, Field(description="What to search for: a question, keywords or a name")]
-TopK = Annotated[int | None, Field(description="How many passages to return (default 5)")]
+# The default is the gateway's `--default-top-k`, written into the schema when the gateway is built.
+TopK = Annotated[int | None, Field(description="How many passages to return")]
+TOP_K_DEFAULT = KBDefault("default_top_k")
 
 
 def _search(ctx: Context, kind: str, query: str, top_k: int | None) -> SearchResult:
@@ -24,7 +27,7 @@ def _search(ctx: Context, kind: str, query: str, top_k: int | None) -> SearchRes
 
 
 @ToolRegistry.register_tool("rag_query", requires=("dense",))
-def query_knowledge_base_dense(query: Query, ctx: Context, top_k: TopK = None) -> SearchResult:
+def query_knowledge_base_dense(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
     """[Dense Search] Semantic vector search over the knowledge base.
 
     Finds passages whose meaning is close to the query, even when they use other words.
@@ -34,7 +37,7 @@ def query_knowledge_base_dense(query: Query, ctx: Context, top_k: TopK = None) -
 
 
 @ToolRegistry.register_tool("rag_query_sparse", requires=("sparse",))
-def query_knowledge_base_sparse(query: Query, ctx: Context, top_k: TopK = None) -> SearchResult:
+def query_knowledge_base_sparse(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
     """[Sparse Search] Keyword (BM25) search over the knowledge base.
 
     Finds passages that contain the query's exact words. Best for names, codes and
@@ -44,7 +47,7 @@ def query_knowledge_base_sparse(query: Query, ctx: Context, top_k: TopK = None) 
 
 
 @ToolRegistry.register_tool("rag_query_hybrid", requires=("hybrid",))
-def query_knowledge_base_hybrid(query: Query, ctx: Context, top_k: TopK = None) -> SearchResult:
+def query_knowledge_base_hybrid(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
     """[Hybrid Search] Semantic and keyword (BM25) search fused by reciprocal rank.
 
     Finds passages that either share the query's exact words or its meaning; one call covers
