@@ -29,9 +29,11 @@ from rollout.gateway.server import plan_gateway
 from rollout.progress import RunProgress
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
-from rollout.resume import Fingerprint, finished_tasks, start_fresh
+from rollout.identity import RunIdentity
+from rollout.resume import finished_tasks, start_fresh
+from rollout.run_lock import hold_run_lock
 from rollout.scheduler import Scheduler
-from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
+from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.scoring import print_summary, summarize
 from rollout.view_render import format_live_event
 
@@ -145,8 +147,13 @@ def run(cfg: RunConfig) -> RunOutcome:
 
     Finished tasks are appended to trajectory.jsonl one by one; a rerun into the same output_dir
     resumes (see `rollout.resume`). Ctrl-C stops the run, keeps what finished and raises
-    `RunInterrupted`.
+    `RunInterrupted`. A second driver into the same output_dir is refused (`rollout.run_lock`).
     """
+    with hold_run_lock(cfg.output_dir):
+        return _run_holding_lock(cfg)
+
+
+def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     t0 = time.perf_counter()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
@@ -164,8 +171,8 @@ def run(cfg: RunConfig) -> RunOutcome:
         url = gateway.wait_ready()
         logger.info("Gateway ready at %s", url)
         env_kwargs = env_kwargs_for(cfg, url)
-        finished = finished_tasks(out, Fingerprint.of(cfg.gateway_config_path, offered_tool_specs(env_kwargs)))
-        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
+        finished = finished_tasks(out, RunIdentity.of(cfg, offered_tool_specs(env_kwargs), data))
+        (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
         todo = [q for q in data.questions if (q.id, 0) not in finished]
         already = len(data.questions) - len(todo)
         if already:
