@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -27,8 +26,6 @@ from rollout.dataset import PreparedData, prepare_data
 
 if TYPE_CHECKING:
     from rollout.config import RunConfig
-
-logger = logging.getLogger(__name__)
 
 IDENTITY_ROOTS = (
     "mode_name", "gateway_config_path", "system_prompt", "agent", "llm", "retriever", "dataset",
@@ -234,7 +231,7 @@ def identity_overrides(overrides: Iterable[str], *, uses_llm: bool) -> list[str]
         key = key.lstrip("+~")
         if not sep or key in _IN_PATH_ALREADY:
             continue
-        if key == "agent" or is_identity_key(key, uses_llm=uses_llm):
+        if is_identity_key(key, uses_llm=uses_llm):
             parts.append(f"{key}={_short_value(value)}")
     return parts
 
