@@ -133,7 +133,11 @@ def _job_identity_overrides(agent: Any) -> list[str]:
 
 
 def _run_suffix_resolver(*, _root_: DictConfig) -> str:
-    """`${run_suffix:}` in conf/config.yaml: the default output folder's `,key=value` part for this job."""
+    """`${run_suffix:}` in conf/config.yaml: the default output folder's `,key=value` part for this job.
+
+    Not Hydra's `override_dirname`: its `exclude_keys` is a fixed list of exact keys, while a folder
+    must name exactly the identity overrides, which are prefix rules and depend on the agent (`llm.*`).
+    """
     return run_suffix(_job_identity_overrides(_root_.get("agent")))
 
 
