@@ -1,4 +1,9 @@
-"""Hydra application: compose the config, make it typed, run it."""
+"""Hydra application: compose the config, make it typed, run it.
+
+The gateway token never reaches disk: Hydra writes the command line to `multirun.yaml` and its
+logs before the run starts, so a literal `gateway.auth_token=` is refused before Hydra sees it.
+The token comes from `$ROLLOUT_GATEWAY_TOKEN` (or an `${oc.env:NAME}` interpolation).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from omegaconf.errors import MissingMandatoryValue
 from rollout.config import RunConfig
 from rollout.driver import run
 from rollout.errors import RolloutError, RunInterrupted
+from rollout.gateway.auth import TOKEN_ENV
 from rollout.paths import CONF_DIR
 
 logger = logging.getLogger("rollout")
@@ -19,7 +25,7 @@ logger = logging.getLogger("rollout")
 
 # An absolute path: under `python -m`, Hydra would resolve a relative one as a Python module.
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     # Per-request lines from the HTTP client would bury the run's own log.
     for name in ("httpx", "httpx2"):  # httpx2: the client newer mcp and openai releases use
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -34,3 +40,22 @@ def main(cfg: DictConfig) -> None:
     except RolloutError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def token_on_command_line(args: list[str]) -> str | None:
+    """The override that would put a literal gateway token on disk, if any."""
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        value = value.strip("'\"")
+        if sep and key.lstrip("+~") == "gateway.auth_token" and value not in ("", "null") and not value.startswith("${"):
+            return key
+    return None
+
+
+def main() -> None:
+    """`python -m rollout OVERRIDES...`."""
+    if key := token_on_command_line(sys.argv[1:]):
+        print(f"error: {key}= on the command line would be written to multirun.yaml and Hydra's logs; "
+              f"export {TOKEN_ENV}=<token> instead (or pass {key}='${{oc.env:YOUR_VARIABLE}}')", file=sys.stderr)
+        sys.exit(2)
+    hydra_main()

@@ -6,10 +6,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rollout.dataset import DatasetConfig
 from rollout.errors import ConfigError
+from rollout.identity import identity_overrides, run_suffix
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 
@@ -61,6 +62,14 @@ class RunConfig:
     """Print every task's events live."""
     progress: bool = True
     """Show a progress bar."""
+    repeats: int = 1
+    """Attempts at each question (sampling runs differ); part of the run's identity."""
+    seed: int = 0
+    """Base seed of the run's sampling; repeat r gets seed + r. Part of the run's identity."""
+    score_failed: bool = False
+    """Score failed tasks (error, timeout, infra_error) as wrong answers instead of leaving them out."""
+    overrides: tuple[str, ...] = ()
+    """The command-line overrides that change the run's identity (they name the default output folder)."""
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
@@ -87,11 +96,17 @@ class RunConfig:
                 resume=bool(c.get("resume", True)),
                 watch=bool(c.get("watch", False)),
                 progress=bool(c.get("progress", True)),
+                repeats=int(c.get("repeats", 1)),
+                seed=int(c.get("seed", 0)),
+                score_failed=bool(c.get("score_failed", False)),
+                overrides=tuple(_job_identity_overrides(c["agent"])),
             )
         except TypeError as e:
             raise ConfigError(f"unexpected config key: {e}. Check your overrides against conf/") from e
         if run.workers < 1 or run.concurrency_per_worker < 1:
             raise ConfigError("workers and concurrency_per_worker must be at least 1")
+        if run.repeats < 1:
+            raise ConfigError(f"repeats={run.repeats} must be at least 1 (the attempts at each question)")
         return run
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,9 +125,44 @@ def resolve_project_path(path: str | Path) -> Path:
     return candidate if candidate.exists() else p
 
 
+def _job_overrides() -> list[str]:
+    """The running Hydra job's command-line overrides; none outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def _job_identity_overrides(agent: Any) -> list[str]:
+    uses_llm = isinstance(agent, dict | DictConfig) and "llm" in agent
+    return identity_overrides(_job_overrides(), uses_llm=uses_llm)
+
+
+def _run_suffix_resolver(*, _root_: DictConfig) -> str:
+    """`${run_suffix:}` in conf/config.yaml: the default output folder's `,key=value` part for this job.
+
+    Not Hydra's `override_dirname`: its `exclude_keys` is a fixed list of exact keys, while a folder
+    must name exactly the identity overrides, which are prefix rules and depend on the agent (`llm.*`).
+    """
+    return run_suffix(_job_identity_overrides(_root_.get("agent")))
+
+
+OmegaConf.register_new_resolver("run_suffix", _run_suffix_resolver, replace=True)
+
+
 def compose_run_config(*overrides: str) -> RunConfig:
     """The config `python -m rollout OVERRIDES...` would run with (for scripts, benchmarks and tests)."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
 
+    hydra_config = HydraConfig.instance()
+    earlier = hydra_config.cfg
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return RunConfig.from_hydra(compose("config", overrides=list(overrides)))
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    # As in a real job: the output folder's name comes from these overrides, read through HydraConfig.
+    hydra_config.set_config(cfg)
+    try:
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return RunConfig.from_hydra(cfg)
+    finally:
+        hydra_config.cfg = earlier

@@ -30,9 +30,11 @@ from rollout.gateway.server import plan_gateway
 from rollout.progress import RunProgress
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
-from rollout.resume import Fingerprint, finished_tasks, start_fresh
+from rollout.identity import RunIdentity
+from rollout.resume import finished_tasks, start_fresh
+from rollout.run_lock import hold_run_lock
 from rollout.scheduler import PlannedTask, Scheduler
-from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
+from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.scoring import print_summary, summarize
 from rollout.view_render import format_live_event
 
@@ -130,7 +132,7 @@ def offered_tool_specs(env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     return asyncio.run(probe())
 
 
-def check_agent(cfg: RunConfig) -> None:
+def check_agent(cfg: RunConfig) -> Any:
     """Build the agent once here, so a bad agent config or a dead LLM endpoint fails before the run starts."""
     try:
         agent = instantiate(cfg.agent)
@@ -141,6 +143,7 @@ def check_agent(cfg: RunConfig) -> None:
     check = getattr(agent, "check", None)
     if check is not None:
         asyncio.run(check())
+    return agent
 
 
 def run(cfg: RunConfig) -> RunOutcome:
@@ -148,12 +151,17 @@ def run(cfg: RunConfig) -> RunOutcome:
 
     Finished tasks are appended to trajectory.jsonl one by one; a rerun into the same output_dir
     resumes (see `rollout.resume`). Ctrl-C stops the run, keeps what finished and raises
-    `RunInterrupted`.
+    `RunInterrupted`. A second driver into the same output_dir is refused (`rollout.run_lock`).
     """
+    with hold_run_lock(cfg.output_dir):
+        return _run_holding_lock(cfg)
+
+
+def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     t0 = time.perf_counter()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
-    check_agent(cfg)
+    agent = check_agent(cfg)
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     out = cfg.output_dir
     (out / STATS_DIR).mkdir(parents=True, exist_ok=True)
@@ -167,14 +175,17 @@ def run(cfg: RunConfig) -> RunOutcome:
         url = gateway.wait_ready()
         logger.info("Gateway ready at %s", url)
         env_kwargs = env_kwargs_for(cfg, url, run_id=uuid.uuid4().hex)
-        finished = finished_tasks(out, Fingerprint.of(cfg.gateway_config_path, offered_tool_specs(env_kwargs)))
-        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
-        todo = [PlannedTask(q) for q in data.questions if (q.id, 0) not in finished]
-        already = len(data.questions) - len(todo)
+        finished = finished_tasks(out, RunIdentity.of(cfg, offered_tool_specs(env_kwargs), data))
+        (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
+        # Repeat by repeat, so an interrupted run holds whole repeats first.
+        todo = [PlannedTask(q, r, cfg.seed + r) for r in range(cfg.repeats) for q in data.questions
+                if (q.id, r) not in finished]
+        total = len(data.questions) * cfg.repeats
+        already = total - len(todo)
         if already:
-            logger.info("Resuming: %d of %d tasks already finished in %s", already, len(data.questions), out)
+            logger.info("Resuming: %d of %d tasks already finished in %s", already, total, out)
         with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, \
-                RunProgress(len(data.questions), already, enabled=cfg.progress) as progress:
+                RunProgress(total, already, enabled=cfg.progress) as progress:
 
             def on_result(result: TaskResult) -> None:
                 append_task(trajectory, result)
@@ -198,15 +209,16 @@ def run(cfg: RunConfig) -> RunOutcome:
         write_tool_report(out)
     asked = {q.id for q in data.questions}
     summary = summarize(
-        (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.id in asked),
+        (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.id in asked and r.repeat < cfg.repeats),
         mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
         wall_time_s=time.perf_counter() - t0, complete=not interrupted,
+        score_failed=cfg.score_failed, deterministic_agent=getattr(agent, "deterministic", None),
     )
     write_summary(out, summary)
     print_summary(summary, out)
     if interrupted:
         raise RunInterrupted(
-            f"interrupted with {summary['n']} of {len(data.questions)} tasks finished, saved in {out}. "
+            f"interrupted with {summary['n']} of {total} tasks finished, saved in {out}. "
             "Run the same command again to resume"
         )
     return RunOutcome(out, summary)

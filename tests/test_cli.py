@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from rollout.gateway.auth import TOKEN_ENV
 from rollout.paths import PROJECT_ROOT
+from rollout.report.compare import COMPARISON_MD
+from rollout.run_lock import hold_run_lock
 
 
-def rollout(*args: str, cwd: Path = PROJECT_ROOT) -> subprocess.CompletedProcess[str]:
+def rollout(*args: str, cwd: Path = PROJECT_ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rollout", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "rollout", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+        env={**os.environ, **(env or {})},
     )
+
+
+def files_containing(root: Path, secret: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
 def test_missing_gateway_file(tmp_path):
@@ -67,9 +76,40 @@ def test_multirun_leaves_one_folder_per_mode(tmp_path):
                 f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     for mode, tool in [("dense", "query_knowledge_base_dense"), ("sparse", "query_knowledge_base_sparse")]:
-        folder = tmp_path / "results" / "demo" / mode
+        folder = tmp_path / "results" / "demo" / f"{mode},dataset.n_passages=400,dataset.n_questions=40"
         summary = json.loads((folder / "evaluation_summary.json").read_text())
         assert summary["n"] == 6 and summary["mode"] == mode
         report = json.loads((folder / "tool_stats" / "report.json").read_text())
         assert [t["tool_name"] for t in report["tools"]] == [tool]
     assert "Results:" in r.stdout
+
+
+def test_a_sweep_over_any_axis_gives_one_folder_per_job_and_keeps_the_token_off_disk(tmp_path):
+    token = "tok-3f9c1e7a-never-on-disk"
+    r = rollout("-m", "mode=sparse", "agent.top_k=1,5", "dataset.limit=4", "workers=1", "dataset.n_passages=400",
+                "dataset.n_questions=40", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path, env={TOKEN_ENV: token})
+    assert r.returncode == 0, r.stderr[-2000:]
+    sweep = tmp_path / "results" / "demo"
+    jobs = sorted(p.name for p in sweep.iterdir() if (p / "trajectory.jsonl").is_file())
+    assert jobs == [f"sparse,agent.top_k={k},dataset.n_passages=400,dataset.n_questions=40" for k in (1, 5)]
+    for job in jobs:
+        assert json.loads((sweep / job / "evaluation_summary.json").read_text())["n"] == 4
+    md = (sweep / COMPARISON_MD).read_text()
+    assert "sparse,agent.top_k=5 vs sparse,agent.top_k=1" in md
+    assert (sweep / "multirun.yaml").is_file() and files_containing(tmp_path, token) == []
+
+
+def test_a_token_on_the_command_line_is_refused_before_anything_is_written(tmp_path):
+    r = rollout("-m", "mode=sparse", "gateway.auth_token=s3cret-value", cwd=tmp_path)
+    assert r.returncode == 2 and TOKEN_ENV in r.stderr and "Traceback" not in r.stderr
+    assert files_containing(tmp_path, "s3cret-value") == [] and not (tmp_path / "results").exists()
+
+
+def test_a_folder_in_use_is_refused_with_one_line(tmp_path):
+    out = tmp_path / "busy"
+    with hold_run_lock(out):
+        r = rollout("mode=sparse", f"output_dir={out}", f"cache_dir={tmp_path / 'cache'}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert str(out) in line and f"pid {os.getpid()}" in line
+    assert not (out / "trajectory.jsonl").exists()

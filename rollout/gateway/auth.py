@@ -1,8 +1,9 @@
 """Optional bearer token: when the gateway has one, every route requires it.
 
-The token comes from `gateway.auth_token` in the run config, the standalone CLI's
-`--auth-token`, or the `ROLLOUT_GATEWAY_TOKEN` environment variable (preferred: a command
-line is visible to every user of the machine). With a token set, MCP (`/mcp` or `/sse` and
+The token comes from the `ROLLOUT_GATEWAY_TOKEN` environment variable (the supported way: a
+command line is visible to every user of the machine, and `python -m rollout` refuses a literal
+`gateway.auth_token=` since Hydra would write it to disk), the standalone CLI's `--auth-token`,
+or `GatewayConfig.auth_token` when a run is built in Python. With a token set, MCP (`/mcp` or `/sse` and
 `/messages/`), `/healthz` and the HTTP proxy answer 401 with a one-line JSON reason unless the
 request carries `Authorization: Bearer <token>`. Clients send it with `auth_headers(token)`.
 """
@@ -16,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 TOKEN_ENV = "ROLLOUT_GATEWAY_TOKEN"
-_HOW = f"start the client with the gateway's token (gateway.auth_token= or ${TOKEN_ENV})"
+_HOW = f"start the client with the gateway's token (export {TOKEN_ENV}=<token>)"
 
 
 def resolve_token(explicit: str | None = None) -> str | None:

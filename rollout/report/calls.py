@@ -26,7 +26,7 @@ import yaml
 
 from rollout.jsonl import iter_jsonl, read_jsonl
 from rollout.report.errors import NotARunFolderError
-from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, calls_path
+from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, STATS_DIR, TRAJECTORY_FILE, calls_path, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,20 @@ def run_mode(run_dir: Path) -> str:
         if isinstance(cfg, dict) and cfg.get("mode_name"):
             return str(cfg["mode_name"])
     return run_dir.resolve().name
+
+
+def run_overrides(run_dir: Path) -> list[str]:
+    """The identity overrides the run recorded (`agent.top_k=1`, ...); none for a run that recorded none."""
+    identity = read_json(Path(run_dir) / FINGERPRINT_FILE) or {}
+    overrides = identity.get("overrides")
+    return [str(o) for o in overrides] if isinstance(overrides, list) else []
+
+
+def run_labels(runs: list[Path]) -> list[str]:
+    """Each run's mode, then the recorded overrides not shared by all the runs: `sparse,agent.top_k=1`."""
+    recorded = [run_overrides(r) for r in runs]
+    shared = set.intersection(*(set(o) for o in recorded)) if recorded else set()
+    return [",".join([run_mode(r), *(o for o in own if o not in shared)]) for r, own in zip(runs, recorded, strict=True)]
 
 
 _TASK_KEYS = ("id", "worker_id", "tool_calls", "metadata", "attempts")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rollout.report.calls import run_mode
+from rollout.report.calls import run_labels, run_mode
 from rollout.report.errors import NotARunFolderError, ReportError
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
 from rollout.scoring import METRICS, score_task
@@ -278,7 +278,7 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
 
 
 def _labels(runs: list[Path], root: Path) -> list[str]:
-    modes = [run_mode(r) for r in runs]
+    modes = run_labels(runs)  # the mode, plus the overrides that tell the runs apart
     counts = Counter(modes)
 
     def where(run: Path) -> str:

@@ -157,8 +157,8 @@ def test_resume_skips_finished_tasks_and_refuses_other_tools(ray_local, cache_di
     assert len(read_jsonl(out / "trajectory.jsonl")) == 9 and outcome.summary["n"] == 9
 
     gateway.write_text((PROJECT_ROOT / "conf/gateways/rag_hybrid.json").read_text().replace(
-        '"rag_query", ', ""))  # same tools, another file: still refused, the file is part of the fingerprint
-    with pytest.raises(ConfigError, match="gateway file changed.*resume=false"):
+        '"rag_query", ', ""))  # same tools, another file: still refused, the file is part of the identity
+    with pytest.raises(ConfigError, match=r"gateway_file_sha256: \w+ → \w+.*resume=false"):
         run(simulated(out, cache_dir, *common, "dataset.limit=9"))
     fresh = run(simulated(out, cache_dir, *common, "dataset.limit=3", "resume=false"))
     assert fresh.summary["n"] == 3 and len(read_jsonl(out / "trajectory.jsonl")) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ from omegaconf import OmegaConf
 from rollout.paths import CONF_DIR
 from rollout.report.compare import COMPARISON_MD, COMPARISON_PNG
 from rollout.report.multirun import CompareOnMultirunEnd
+from rollout.run_folder import FINGERPRINT_FILE
 from tests.report.test_compare import dense_tasks, make, sparse_tasks
 
 
@@ -69,3 +71,14 @@ def test_the_app_config_registers_the_callback():
     with initialize_config_dir(str(CONF_DIR), version_base=None):
         cfg = compose("config", return_hydra_config=True)
     assert isinstance(instantiate(cfg.hydra.callbacks.compare), CompareOnMultirunEnd)
+
+
+def test_jobs_are_labelled_by_the_overrides_that_differ(tmp_path):
+    common = "dataset.n_passages=400"
+    for top_k, tasks in ((1, dense_tasks()), (5, sparse_tasks())):
+        run = make(tmp_path, f"sparse,agent.top_k={top_k},{common}", "sparse", tasks)
+        (run / FINGERPRINT_FILE).write_text(json.dumps({"overrides": [f"agent.top_k={top_k}", common]}))
+    CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path))
+    md = (tmp_path / COMPARISON_MD).read_text()
+    assert "sparse,agent.top_k=5 vs sparse,agent.top_k=1: EM +0.300" in md
+    assert "n_passages" not in md.split("## Runs")[0]  # shared by every job: not part of a label

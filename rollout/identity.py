@@ -1,0 +1,244 @@
+"""A run's identity: every setting that can change its results, so one folder holds one experiment.
+
+`RunIdentity` is what a run folder records (`rollout.run_folder.FINGERPRINT_FILE`) and what a
+resumed run must match: the settings as flat dotted config keys (`agent.top_k`,
+`retriever.sparse.k1`, `llm.model`, ...) and the hashes of the gateway file, of the tool schemas
+the agent was offered and of the dataset's content. Settings that only change how fast or how
+visibly a run goes (`dataset.limit`, `workers`, `progress`, timeouts, `output_dir`, `ray.*`, the
+gateway's URL and token) are left out, so a larger `dataset.limit` extends a run.
+
+The same rules name the default output folder: `results/<experiment>/<mode>` plus a suffix of the
+command-line overrides that are identity keys (`run_suffix`), so a sweep over any axis gives one
+folder per job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rollout.dataset import PreparedData, prepare_data
+
+if TYPE_CHECKING:
+    from rollout.config import RunConfig
+
+IDENTITY_ROOTS = (
+    "mode_name", "gateway_config_path", "system_prompt", "agent", "llm", "retriever", "dataset",
+    "gateway.default_top_k", "gateway.max_top_k", "repeats", "seed", "score_failed",
+)
+"""Config keys (and everything under them) that can change a result."""
+
+NOT_IDENTITY = (
+    "dataset.name", "dataset.limit", "retriever.kind", "retriever.dense.batch_size",
+    "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
+    "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
+)
+"""Keys under an identity root that change only speed, cost accounting or retries, or that name the run."""
+
+_IN_PATH_ALREADY = ("mode", "mode_name", "dataset", "experiment", "retriever")
+"""Overrides the default folder already shows (`mode`, `dataset` via the experiment) or that select only
+options the identity leaves out (`retriever=` sets `retriever.kind`)."""
+
+_DEMO_ONLY = ("dataset.n_passages", "dataset.n_questions", "dataset.seed")
+"""Settings of the generated knowledge base; a file dataset ignores them."""
+
+_MAX_VALUE_CHARS = 24
+_MAX_SUFFIX_CHARS = 160
+_HASH_CHARS = 8
+
+
+def _under(key: str, roots: Iterable[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
+
+
+def is_identity_key(key: str, *, uses_llm: bool) -> bool:
+    """Whether the dotted config `key` is part of a run's identity (`llm.*` only for an agent that uses the LLM)."""
+    if not _under(key, IDENTITY_ROOTS) or _under(key, NOT_IDENTITY):
+        return False
+    return uses_llm or not _under(key, ("llm",))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON value that compares equal for equal settings (paths as text, mappings sorted)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _flatten(prefix: str, value: Any, into: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}", v, into)
+    else:
+        into[prefix] = _canonical(value)
+
+
+def identity_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The run's identity keys and their canonical values, sorted by key."""
+    agent = dict(cfg.agent)
+    llm = agent.get("llm")
+    tree: dict[str, Any] = {
+        "mode_name": cfg.mode_name,
+        "system_prompt": cfg.system_prompt,
+        "agent": agent,
+        "retriever": cfg.retriever.to_dict(),
+        "dataset": asdict(cfg.dataset),
+        "gateway": {"default_top_k": cfg.gateway.default_top_k, "max_top_k": cfg.gateway.max_top_k},
+        "repeats": cfg.repeats,
+        "seed": cfg.seed,
+    }
+    if isinstance(llm, Mapping):
+        tree["llm"] = llm
+    flat: dict[str, Any] = {}
+    for root, value in tree.items():
+        _flatten(root, value, flat)
+    if cfg.dataset.kind != "demo":
+        flat = {k: v for k, v in flat.items() if not _under(k, _DEMO_ONLY)}
+    else:  # the generator's settings decide the content; the (empty) file specs do not
+        flat = {k: v for k, v in flat.items() if not _under(k, ("dataset.corpus", "dataset.questions"))}
+    uses_llm = isinstance(llm, Mapping)
+    return {k: flat[k] for k in sorted(flat) if is_identity_key(k, uses_llm=uses_llm)}
+
+
+def _file_sha256(path: Path, cache_dir: Path) -> str:
+    """sha256 of a file's bytes, remembered in `cache_dir` per (path, size, mtime): a large corpus is read once."""
+    path = path.expanduser().resolve()
+    st = path.stat()
+    stamp = _sha256(json.dumps([str(path), st.st_size, st.st_mtime_ns]).encode())[:32]
+    memo = Path(cache_dir) / "content-sha256" / stamp
+    if memo.is_file():
+        return memo.read_text(encoding="utf-8").strip()
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_name(memo.name + ".tmp")
+    tmp.write_text(digest.hexdigest(), encoding="utf-8")
+    tmp.replace(memo)
+    return digest.hexdigest()
+
+
+def dataset_hashes(cfg: RunConfig, data: PreparedData) -> dict[str, str]:
+    """Content hashes of the corpus file the gateway serves and of the whole question set (not only `dataset.limit`)."""
+    questions = data.questions
+    if cfg.dataset.limit is not None:
+        questions = prepare_data(replace(cfg.dataset, limit=None), cfg.cache_dir).questions
+    blob = "\n".join(json.dumps(q.to_json(), sort_keys=True, ensure_ascii=False) for q in questions)
+    return {"corpus": _file_sha256(data.corpus_path, cfg.cache_dir), "questions": _sha256(blob.encode("utf-8"))}
+
+
+def tool_hashes(tool_specs: list[dict[str, Any]]) -> dict[str, str]:
+    """Per tool name, the hash of the spec the agent was offered, in canonical JSON."""
+    per_tool = {
+        str((spec.get("function") or spec).get("name")): _sha256(json.dumps(spec, sort_keys=True).encode())
+        for spec in tool_specs
+    }
+    return dict(sorted(per_tool.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class RunIdentity:
+    """Everything that must be the same for two parts of one run folder to be one experiment."""
+
+    settings: dict[str, Any]
+    """Identity config keys (dotted) and their canonical values."""
+    gateway_file_sha256: str
+    """Hash of the gateway file's bytes."""
+    tools: dict[str, str]
+    """Per offered tool name, the hash of its spec."""
+    dataset: dict[str, str]
+    """Content hashes: `corpus` (the served corpus file) and `questions` (the whole question set)."""
+    gateway_file: str = ""
+    """Path of the gateway file (informational; the hash decides)."""
+    overrides: list[str] = field(default_factory=list)
+    """The job's command-line overrides that are identity keys (informational: names and labels the run)."""
+
+    @classmethod
+    def of(cls, cfg: RunConfig, tool_specs: list[dict[str, Any]], data: PreparedData) -> RunIdentity:
+        return cls(
+            settings=identity_settings(cfg),
+            gateway_file_sha256=_sha256(Path(cfg.gateway_config_path).read_bytes()),
+            tools=tool_hashes(tool_specs),
+            dataset=dataset_hashes(cfg, data),
+            gateway_file=str(cfg.gateway_config_path),
+            overrides=list(cfg.overrides),
+        )
+
+    def compared(self) -> dict[str, Any]:
+        """Every compared entry as one flat mapping: settings, then `gateway_file`, `tool.<name>`, `dataset.<part>_sha256`."""
+        flat = dict(self.settings)
+        flat["gateway_file_sha256"] = self.gateway_file_sha256
+        flat.update({f"tool.{name}": h for name, h in self.tools.items()})
+        flat.update({f"dataset.{part}_sha256": h for part, h in self.dataset.items()})
+        return flat
+
+    def differences(self, earlier: RunIdentity) -> list[str]:
+        """`key: old → new` for each entry that changed since `earlier`; empty when none did."""
+        old, new = earlier.compared(), self.compared()
+        return [
+            f"{key}: {_show(key, old.get(key, _ABSENT))} → {_show(key, new.get(key, _ABSENT))}"
+            for key in sorted(old.keys() | new.keys())
+            if old.get(key, _ABSENT) != new.get(key, _ABSENT)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunIdentity:
+        return cls(**data)
+
+
+_ABSENT = object()
+
+
+def _show(key: str, value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    if key.startswith("tool.") or key.endswith("sha256"):
+        return str(value)[:12]
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:48] + f"… ({_sha256(text.encode())[:_HASH_CHARS]})"
+
+
+def _short_value(value: str) -> str:
+    """A filesystem-safe, readable rendering of an override's value; long ones end in a hash of the whole."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", value).strip("_") or "_"
+    if len(safe) > _MAX_VALUE_CHARS:
+        safe = f"{safe[:_MAX_VALUE_CHARS - _HASH_CHARS - 1]}-{_sha256(value.encode())[:_HASH_CHARS]}"
+    return safe
+
+
+def identity_overrides(overrides: Iterable[str], *, uses_llm: bool) -> list[str]:
+    """The overrides (`key=value`, in the given order) that change the run's identity, as folder-safe parts."""
+    parts = []
+    for override in overrides:
+        key, sep, value = str(override).partition("=")
+        key = key.lstrip("+~")
+        if not sep or key in _IN_PATH_ALREADY:
+            continue
+        if is_identity_key(key, uses_llm=uses_llm):
+            parts.append(f"{key}={_short_value(value)}")
+    return parts
+
+
+def run_suffix(parts: list[str]) -> str:
+    """`,part,part` appended to the mode in the default output folder; empty without parts."""
+    suffix = "".join("," + p for p in parts)
+    if len(suffix) > _MAX_SUFFIX_CHARS:  # a folder name must stay under the filesystem's 255 bytes
+        suffix = suffix[:_MAX_SUFFIX_CHARS - _HASH_CHARS - 1] + "-" + _sha256(suffix.encode())[:_HASH_CHARS]
+    return suffix

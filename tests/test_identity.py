@@ -1,0 +1,80 @@
+"""A run's identity: which settings change it (and the default output folder), and which do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollout.config import compose_run_config
+from rollout.dataset import prepare_data
+from rollout.identity import RunIdentity, identity_overrides, identity_settings, run_suffix
+
+SMALL_KB = ("dataset.n_passages=300", "dataset.n_questions=30")
+
+AXES = [
+    ((), "agent.top_k=1", "agent.top_k"),
+    ((), "retriever.sparse.k1=1.2", "retriever.sparse.k1"),
+    ((), "dataset.n_passages=500", "dataset.n_passages"),
+    ((), "system_prompt=Answer in one word.", "system_prompt"),
+    ((), "repeats=3", "repeats"),
+    ((), "seed=7", "seed"),
+    (("agent=openai", "llm.model=model-a"), "llm.model=model-b", "llm.model"),
+    (("agent=openai", "llm.model=model-a"), "llm.sampling.temperature=0.7", "llm.sampling.temperature"),
+]
+
+
+@pytest.mark.parametrize(("base", "change", "key"), AXES, ids=[a[2] for a in AXES])
+def test_a_changed_setting_changes_the_identity_and_the_default_folder(base, change, key):
+    before, after = compose_run_config("mode=sparse", *base), compose_run_config("mode=sparse", *base, change)
+    old, new = identity_settings(before), identity_settings(after)
+    assert [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)] == [key]
+    assert after.output_dir != before.output_dir
+    assert after.output_dir.parent == before.output_dir.parent == Path("results/demo")  # one path component
+    assert after.output_dir.name.startswith("sparse,") and key in after.output_dir.name
+
+
+def test_a_sweep_over_one_axis_gives_one_folder_per_value():
+    dirs = {compose_run_config("mode=sparse", f"agent.top_k={k}").output_dir for k in (1, 5)}
+    assert dirs == {Path("results/demo/sparse,agent.top_k=1"), Path("results/demo/sparse,agent.top_k=5")}
+    assert compose_run_config("mode=sparse").output_dir == Path("results/demo/sparse")
+
+
+@pytest.mark.parametrize("change", [
+    "dataset.limit=3", "workers=1", "concurrency_per_worker=1", "progress=false", "watch=true", "resume=false",
+    "task_timeout_s=5", "gateway.call_timeout_s=3", "gateway.ready_timeout_s=5", "gateway.url=http://h:1/mcp",
+    "ray.num_cpus=1", "retriever.dense.batch_size=8", "llm.model=unused-by-this-agent",
+])
+def test_speed_and_visibility_settings_leave_the_identity_and_folder_alone(change):
+    base = compose_run_config("mode=sparse")
+    changed = compose_run_config("mode=sparse", change)
+    assert identity_settings(changed) == identity_settings(base)
+    assert changed.output_dir == base.output_dir and changed.overrides == ()
+
+
+def test_an_explicit_output_dir_stays_as_given(tmp_path):
+    cfg = compose_run_config("agent.top_k=2", f"output_dir={tmp_path / 'mine'}")
+    assert cfg.output_dir == tmp_path / "mine" and cfg.overrides == ("agent.top_k=2",)
+
+
+def test_folder_names_are_safe_and_long_values_are_shortened():
+    parts = identity_overrides(["llm.model=Qwen/Qwen2.5-7B", "system_prompt=" + "x" * 300, "+seed=3"], uses_llm=True)
+    assert parts[0] == "llm.model=Qwen_Qwen2.5-7B" and parts[2] == "seed=3"
+    assert len(parts[1]) < 40 and "/" not in run_suffix(parts)
+    other = identity_overrides(["system_prompt=" + "x" * 299 + "y"], uses_llm=True)
+    assert other[0] != parts[1]  # the hash tells long values apart
+    assert len(run_suffix([f"agent.p{i}={'v' * 20}" for i in range(40)])) <= 160
+
+
+def test_identity_hashes_the_dataset_content_but_not_its_limit(tmp_path):
+    def identity(*overrides: str) -> RunIdentity:
+        cfg = compose_run_config("mode=sparse", *SMALL_KB, f"cache_dir={tmp_path}", *overrides)
+        return RunIdentity.of(cfg, [{"type": "function", "function": {"name": "search"}}], prepare_data(cfg.dataset, cfg.cache_dir))
+
+    base = identity()
+    assert identity("dataset.limit=4") == base
+    diff = identity("dataset.n_passages=400", "agent.top_k=2").differences(base)
+    assert "agent.top_k: 5 → 2" in diff and "dataset.n_passages: 300 → 400" in diff
+    assert any(d.startswith("dataset.corpus_sha256: ") for d in diff)
+    assert any(d.startswith("dataset.questions_sha256: ") for d in diff)
+    assert RunIdentity.from_json(base.to_json()) == base
