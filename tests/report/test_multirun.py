@@ -80,5 +80,5 @@ def test_jobs_are_labelled_by_the_overrides_that_differ(tmp_path):
         (run / FINGERPRINT_FILE).write_text(json.dumps({"overrides": [f"agent.top_k={top_k}", common]}))
     CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path))
     md = (tmp_path / COMPARISON_MD).read_text()
-    assert "sparse,agent.top_k=5 vs sparse,agent.top_k=1: EM +0.300" in md
+    assert "sparse,agent.top_k=5 vs sparse,agent.top_k=1: EM +0.333" in md
     assert "n_passages" not in md.split("## Runs")[0]  # shared by every job: not part of a label
