@@ -398,3 +398,12 @@ def test_runs_in_several_event_loops(chat, make_tools):
     asyncio.run(agent.check())
     result = asyncio.run(agent.run(QUESTION, make_tools(), EventLog("t")))
     assert result.prediction == "I don't know." and len(chat.chat_requests) == 2
+
+
+async def test_a_repeat_s_seed_goes_with_every_request(chat, env):
+    chat.push(tool_calls((SPARSE, {"query": "Arlen Voss born"})), answer("Answer: Kelmor"))
+    events = EventLog("t1")
+    result = await make_agent(chat.base_url).run(QUESTION, env.for_task("t1", events), events, seed=7)
+    assert result.prediction == "Kelmor"
+    assert [r.get("seed") for r in chat.chat_requests] == [7, 7]
+    assert OpenAIAgent.deterministic is False

@@ -1,0 +1,33 @@
+"""repeats=N: each question runs N times with its own recorded seed; resume and the summary know repeats."""
+
+from __future__ import annotations
+
+import json
+
+from rollout.config import compose_run_config
+from rollout.driver import run
+
+SMALL_KB = ["dataset.n_passages=300", "dataset.n_questions=60", "mode=sparse", "progress=false"]
+
+
+def test_repeats_run_each_question_n_times_with_distinct_seeds_and_resume_by_repeat(ray_local, cache_dir, tmp_path):
+    out = tmp_path / "run"
+    common = (*SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.01", f"output_dir={out}", f"cache_dir={cache_dir}",
+              "repeats=3", "seed=10")
+    first = run(compose_run_config(*common, "dataset.limit=4"))
+    tasks = [json.loads(line) for line in (out / "trajectory.jsonl").read_text().splitlines()]
+    assert sorted((t["id"], t["repeat"]) for t in tasks) == sorted({(t["id"], r) for t in tasks for r in range(3)})
+    assert len(tasks) == 12 and {t["seed"] for t in tasks} == {10, 11, 12}
+    assert all(t["seed"] == 10 + t["repeat"] for t in tasks)
+    s = first.summary
+    assert s["n"] == 12 and s["repeats"] == 3 and s["deterministic_agent"] is True
+    # The simulated agent is deterministic: its repeats agree, so the interval over repeats has no width
+    # and pass@k does not grow with k.
+    em = s["metrics"]["exact_match"]
+    assert s["ci95"]["exact_match"] == [em, em]
+    assert s["pass_at_k"] == {"1": em, "2": em, "3": em}
+
+    again = run(compose_run_config(*common, "dataset.limit=6"))  # extends by whole questions, all repeats
+    tasks = [json.loads(line) for line in (out / "trajectory.jsonl").read_text().splitlines()]
+    assert len(tasks) == 18 and again.summary["n"] == 18
+    assert len({(t["id"], t["repeat"]) for t in tasks}) == 18
