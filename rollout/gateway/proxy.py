@@ -5,6 +5,8 @@
     X-Task-Id: task-7        (optional; the stats record's task_id)
     X-Call-Id: c-123         (optional; the stats record's call_id, generated when absent)
     X-Worker-Id: client-a    (optional; the stats record's worker_id)
+    X-Run-Id: run-1          (optional; with X-Task-Id and X-Attempt, whose tool sets the call uses)
+    X-Attempt: 1             (optional; the task's attempt, 1 when absent)
 
     {"query": "Who founded Veltrix Holdings?", "top_k": 3}
 
@@ -53,7 +55,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from rollout.gateway.sessions import HeldClient, describe
-from rollout.wire import META_CALL_ID, META_TASK_ID, META_WORKER_ID, classify_result
+from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID, META_WORKER_ID, classify_result
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ PROXY_ROUTE = "/proxy/tools/{tool_name}/call"
 HEADER_TASK_ID = "x-task-id"
 HEADER_CALL_ID = "x-call-id"
 HEADER_WORKER_ID = "x-worker-id"
+HEADER_RUN_ID = "x-run-id"
+HEADER_ATTEMPT = "x-attempt"
 
 STATUS_BY_OUTCOME = {
     "ok": 200,
@@ -112,7 +116,8 @@ class ToolProxy:
             error = "the tool proxy is not running: serve the gateway with rollout.gateway.server.serve or make_uvicorn"
             return _answer(503, {**base, "outcome": "unavailable", "error": error})
         meta = {META_CALL_ID: call_id}
-        for header, key in ((HEADER_TASK_ID, META_TASK_ID), (HEADER_WORKER_ID, META_WORKER_ID)):
+        for header, key in ((HEADER_TASK_ID, META_TASK_ID), (HEADER_WORKER_ID, META_WORKER_ID),
+                            (HEADER_RUN_ID, META_RUN_ID), (HEADER_ATTEMPT, META_ATTEMPT)):
             if request.headers.get(header):
                 meta[key] = request.headers[header]
         try:
