@@ -48,6 +48,9 @@ _META = "meta.json"
 _VOCAB = "vocab.json"
 _TOKEN_IDS = "token_ids.npy"
 _OFFSETS = "offsets.npy"
+_BM25S_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json",
+                 "params.index.json")
+"""The files `bm25s.BM25.save` writes."""
 _QUERIES_PER_THREAD = 32
 """A batch gets a thread per core once each thread has at least this many queries."""
 
@@ -101,6 +104,7 @@ class _Bm25sScorer:
 
     @classmethod
     def load(cls, path: Path, params: SparseParams) -> _Bm25sScorer:
+        _check_files(path, _BM25S_FILES)
         try:
             model = bm25s.BM25.load(path, mmap=True, show_progress=False)
         except (OSError, ValueError) as e:
@@ -113,7 +117,24 @@ class _Bm25sScorer:
                 f"bm25s files at {path} hold method/idf/k1/b {stored}, meta.json says k1={params.k1}, b={params.b}; "
                 "delete the directory and rebuild the index"
             )
-        return cls(model)
+        scorer = cls(model)
+        scorer._check(path)
+        return scorer
+
+    def _check(self, path: Path) -> None:
+        """Refuse files whose arrays disagree: a search would read out of bounds or score wrong rows."""
+        n_terms = len(self._indptr) - 1
+        problem = None
+        if self._indptr.ndim != 1 or n_terms < 0 or len(self._data) != len(self._doc_ids):
+            problem = "the score matrix arrays have mismatched shapes"
+        elif int(self._indptr[0]) != 0 or int(self._indptr[-1]) != len(self._doc_ids) or np.any(np.diff(self._indptr) < 0):
+            problem = f"indptr does not span the {len(self._doc_ids)} stored scores"
+        elif n_terms != len(self._vocab) or any(not 0 <= i < n_terms for i in self._vocab.values()):
+            problem = f"the vocabulary holds {len(self._vocab)} terms, the score matrix {n_terms}"
+        elif len(self._doc_ids) and not (0 <= int(self._doc_ids.min()) and int(self._doc_ids.max()) < self.num_passages):
+            problem = f"passage ids outside 0..{self.num_passages - 1}"
+        if problem is not None:
+            raise RetrievalError(f"bm25s index at {path} is corrupt: {problem}; delete the directory and rebuild it")
 
     def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         terms = np.asarray(self._term_ids(query), dtype=np.int64)
@@ -229,6 +250,7 @@ class _RankBm25Scorer:
 
     @classmethod
     def load(cls, path: Path, params: SparseParams) -> _RankBm25Scorer:
+        _check_files(path, (_VOCAB, _TOKEN_IDS, _OFFSETS))
         try:
             vocab = json.loads((path / _VOCAB).read_text(encoding="utf-8"))
             token_ids = np.load(path / _TOKEN_IDS, mmap_mode="r", allow_pickle=False)
@@ -237,8 +259,14 @@ class _RankBm25Scorer:
             raise RetrievalError(
                 f"cannot read the BM25 tokens at {path} ({e}); delete the directory and rebuild it"
             ) from e
-        if offsets.ndim != 1 or len(offsets) < 2 or int(offsets[-1]) != len(token_ids):
+        if (offsets.ndim != 1 or len(offsets) < 2 or int(offsets[0]) != 0 or int(offsets[-1]) != len(token_ids)
+                or np.any(np.diff(offsets) < 0)):
             raise RetrievalError(f"BM25 index at {path} is inconsistent (offsets vs tokens); delete it and rebuild")
+        if not isinstance(vocab, list) or (len(token_ids) and not (0 <= int(token_ids.min())
+                                                                   and int(token_ids.max()) < len(vocab))):
+            raise RetrievalError(
+                f"BM25 index at {path} is corrupt: token ids outside its {_VOCAB}; delete the directory and rebuild it"
+            )
         return cls(vocab, token_ids, offsets, params)
 
     def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -368,6 +396,21 @@ class BM25Retriever:
             )
         logger.debug("loaded %s BM25 index (%d passages) from %s", saved.backend, scorer.num_passages, path)
         return cls(scorer, saved)
+
+
+def _check_files(path: Path, names: Sequence[str]) -> None:
+    """Open each stored file on its own, so a missing, truncated or garbled one is named in the error."""
+    for name in names:
+        file = path / name
+        try:
+            if name.endswith(".npy"):
+                np.load(file, mmap_mode="r", allow_pickle=False)
+            else:
+                json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise RetrievalError(
+                f"cannot read {file} ({e}); the BM25 index at {path} is incomplete: delete the directory and rebuild it"
+            ) from e
 
 
 def _checked(params: SparseParams) -> SparseParams:
