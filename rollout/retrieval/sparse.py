@@ -289,9 +289,10 @@ _SCORERS: dict[str, type[_Bm25sScorer] | type[_RankBm25Scorer]] = {
 class BM25Retriever:
     """Okapi BM25 over `tokenize(passage.contents)`, scored by the backend `params` name.
 
-    Every passage is scored, so a row holds k passages whenever the corpus has k; passages
-    that share no word with the query score 0 and fill a row from the lowest row number. A
-    query with no token the corpus knows therefore returns rows 0..k-1, all with score 0.
+    Only passages scoring above 0 are returned: one sharing no word with the query (or only
+    words in more than half the corpus, whose idf is 0) is no match, and ranking it would credit
+    hit@k and recall for row order. A row therefore holds fewer than k passages, padded with
+    `PAD_INDEX` / `PAD_SCORE`, when fewer match; a query of stopwords or unknown words gets none.
     """
 
     name = "sparse"
@@ -347,8 +348,8 @@ class BM25Retriever:
         def rank(rows: range) -> None:
             for row in rows:
                 found, scores = _best(*self._scorer.candidates(tokens[row], take), take)
-                hits.indices[row, :take] = found
-                hits.scores[row, :take] = scores
+                hits.indices[row, : len(found)] = found
+                hits.scores[row, : len(found)] = scores
 
         threads = min(os.cpu_count() or 1, len(tokens) // _QUERIES_PER_THREAD) if self._scorer.parallel else 1
         if threads <= 1:
@@ -433,11 +434,12 @@ def _checked(params: SparseParams) -> SparseParams:
 
 
 def _best(rows: np.ndarray, scores: np.ndarray, take: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `take` best of the candidates (ascending rows scoring above 0), topped up with zeros.
+    """At most `take` of the candidates (ascending rows scoring above 0), best first.
 
-    BM25 scores are never negative (idf is floored at 0), so passages left out of the
-    candidates score 0 and fill a row from the lowest row number up. argpartition alone would
-    pick an arbitrary subset of the passages tied at the k-th score; the lowest rows win here.
+    Passages outside the candidates score 0: they share no word with the query (or only words
+    whose idf is floored at 0), so they are left out, not used to fill the row; the rest of the
+    row stays padding. argpartition alone would pick an arbitrary subset of the passages tied
+    at the k-th score; the lowest rows win here.
     """
     if len(rows) > take:
         kth = np.partition(scores, len(scores) - take)[len(scores) - take]
@@ -446,13 +448,7 @@ def _best(rows: np.ndarray, scores: np.ndarray, take: int) -> tuple[np.ndarray, 
         keep = np.concatenate((above, tied))
         rows, scores = rows[keep], scores[keep]
     order = np.lexsort((rows, -scores))
-    rows, scores = rows[order], scores[order]
-    missing = take - len(rows)
-    if missing > 0:
-        zeros = np.setdiff1d(np.arange(take, dtype=np.int64), rows)[:missing]
-        rows = np.concatenate((rows, zeros))
-        scores = np.concatenate((scores, np.zeros(missing, dtype=np.float64)))
-    return rows, scores
+    return rows[order], scores[order]
 
 
 def _read_meta(path: Path) -> tuple[SparseParams, int]:
