@@ -14,6 +14,8 @@ from tests.conftest import gateway_on_loopback
 PASSAGES = [
     Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),
     Passage("d1", "Kelmor", "Kelmor is a city in Dravia."),
+    # A third passage: with two, BM25's idf is 0 for every word and no passage would match.
+    Passage("d2", "Veltrix Holdings", "Veltrix Holdings makes textile looms."),
 ]
 MIXED = GATEWAYS_DIR / "rag_mixed.json"
 
@@ -51,14 +53,14 @@ async def test_calls_carry_ids_to_the_gateway_stats(kb, tmp_path):
     with gateway_on_loopback(gateway_file, kb, tmp_path) as url:
         async with HttpMCPRagEnv(url, gateway_file, worker_id="w3") as env:
             task = env.for_task("task-1")
-            ok = await task.call_tool("query_knowledge_base_sparse", {"query": "Voss born"})
+            ok = await task.call_tool("query_knowledge_base_sparse", {"query": "Voss Dravia"})
             bad = await task.call_tool("query_knowledge_base_sparse", {"query": "Voss", "top_k": "lots"})
             refused = await task.call_tool("get_corpus_info", {})
     assert ok.ok and ok.structured["results"][0]["id"] == "d0"
     assert not bad.ok and "top_k" in bad.text
     assert not refused.ok and "offers query_knowledge_base_sparse" in refused.text
     assert [c.outcome for c in task.calls] == ["ok", "invalid_arguments", "unknown_tool"]
-    assert task.calls[0].result_ids == ["d0", "d1"]
+    assert task.calls[0].result_ids == ["d0", "d1"]  # d2 shares no word with the query: not listed
     assert task.calls[2].reached_gateway is False
     stats = load_calls(tmp_path)
     sent = [c for c in task.calls if c.reached_gateway]
