@@ -1,11 +1,14 @@
 """Environments against a real gateway over loopback HTTP."""
 
+import json
+
 import pytest
 
 from envs import HttpMCPEnv, HttpMCPRagEnv
+from envs.http_mcp_rag_env import keep_rag_modules
 from rollout.data.records import Passage
 from rollout.errors import ConfigError, GatewayError
-from rollout.gateway.config import GATEWAYS_DIR
+from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever
@@ -72,3 +75,27 @@ async def test_unreachable_gateway_fails_to_start():
     env = HttpMCPRagEnv("http://127.0.0.1:9/mcp", GATEWAYS_DIR / "rag_sparse_only.json")
     with pytest.raises(GatewayError, match="Is the gateway running"):
         await env.start()
+
+
+@pytest.mark.parametrize(
+    ("modules", "expected"),
+    [
+        ([{"resource_type": "RAG", "tool_groups": ["rag_query", "rag_query_sparse"]}],
+         r"module 1 has resource_type 'RAG' \(tool groups rag_query, rag_query_sparse\), did you mean 'rag'\?"),
+        ([{"resource_type": "rag", "tool_groups": []}, {"resource_type": "system", "tool_groups": ["system_info"]}],
+         r"module 2 has resource_type 'system' \(tool groups system_info\)\."),
+    ],
+)
+def test_a_file_that_gives_the_rag_env_no_tool_is_an_error_naming_the_module(tmp_path, modules, expected):
+    path = tmp_path / "gw.json"
+    path.write_text(json.dumps({"server_name": "typo", "modules": modules}))
+    with pytest.raises(ConfigError, match=expected) as e:
+        HttpMCPRagEnv("http://unused", path)
+    assert str(path) in str(e.value) and "resource type 'rag'" in str(e.value)
+    with pytest.raises(ConfigError, match=expected):
+        keep_rag_modules(load_gateway_file(path), path)  # what the driver calls before anything starts
+
+
+def test_the_no_tool_baseline_file_is_kept():
+    env = HttpMCPRagEnv("http://unused", GATEWAYS_DIR / "rag_no_tool.json")
+    assert env.allowed_groups == []
