@@ -88,7 +88,9 @@ def read_index_meta(path: Path, meta_file: str, *, fmt: str, version: int, what:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise RetrievalError(f"{meta_path} is not readable JSON ({e}); delete the directory and rebuild the index") from e
+        raise RetrievalError(
+            f"{meta_path} is not readable JSON ({e}); delete the directory and rebuild the index"
+        ) from e
     if not isinstance(meta, dict):
         raise RetrievalError(f"{meta_path} is not a JSON object; delete the directory and rebuild the index")
     if meta.get("format") != fmt or meta.get("format_version") != version:

@@ -123,15 +123,17 @@ class _Bm25sScorer:
 
     def _check(self, path: Path) -> None:
         """Refuse files whose arrays disagree: a search would read out of bounds or score wrong rows."""
-        n_terms = len(self._indptr) - 1
+        indptr, doc_ids = self._indptr, self._doc_ids
+        n_terms = len(indptr) - 1
+        term_ids = np.fromiter(self._vocab.values(), dtype=np.int64, count=len(self._vocab))
         problem = None
-        if self._indptr.ndim != 1 or n_terms < 0 or len(self._data) != len(self._doc_ids):
+        if indptr.ndim != 1 or n_terms < 0 or len(self._data) != len(doc_ids):
             problem = "the score matrix arrays have mismatched shapes"
-        elif int(self._indptr[0]) != 0 or int(self._indptr[-1]) != len(self._doc_ids) or np.any(np.diff(self._indptr) < 0):
-            problem = f"indptr does not span the {len(self._doc_ids)} stored scores"
-        elif n_terms != len(self._vocab) or any(not 0 <= i < n_terms for i in self._vocab.values()):
+        elif int(indptr[0]) != 0 or int(indptr[-1]) != len(doc_ids) or np.any(np.diff(indptr) < 0):
+            problem = f"indptr does not span the {len(doc_ids)} stored scores"
+        elif n_terms != len(term_ids) or (len(term_ids) and not (term_ids.min() >= 0 and term_ids.max() < n_terms)):
             problem = f"the vocabulary holds {len(self._vocab)} terms, the score matrix {n_terms}"
-        elif len(self._doc_ids) and not (0 <= int(self._doc_ids.min()) and int(self._doc_ids.max()) < self.num_passages):
+        elif len(doc_ids) and not (0 <= int(doc_ids.min()) and int(doc_ids.max()) < self.num_passages):
             problem = f"passage ids outside 0..{self.num_passages - 1}"
         if problem is not None:
             raise RetrievalError(f"bm25s index at {path} is corrupt: {problem}; delete the directory and rebuild it")

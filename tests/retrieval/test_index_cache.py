@@ -251,7 +251,9 @@ def test_a_corrupt_or_truncated_faiss_file_is_rebuilt_with_a_warning(
     _rebuilt_after(garbage, tmp_path / "hnsw", facts, caplog, kind="dense", params=HNSW, encoder=encoder)
 
 
-def test_a_faiss_file_disagreeing_with_its_meta_is_named(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_a_faiss_file_disagreeing_with_its_meta_is_named(
+    tmp_path: Path, encoder: Encoder, facts: list[Passage]
+) -> None:
     load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
     entry = _entry(tmp_path, "dense")
     DenseRetriever.from_vectors(np.eye(encoder.dimension, dtype=np.float32)[:3], encoder=encoder).save(tmp_path / "x")
