@@ -139,7 +139,6 @@ class ToolProxy:
             error = f"invalid arguments for {name}: {_PYDANTIC_LINK.sub('', error or '').strip()}"
         return _answer(status, {**body, "error": error})
 
-
     async def _refusal(self, request: Request) -> tuple[int, str, str] | None:
         """(status, outcome, reason) for a request refused before its body is read, else None."""
         refused = await self._security.validate_request(request, is_post=False)
