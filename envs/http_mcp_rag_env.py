@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from envs.http_mcp_env import HttpMCPEnv
+from rollout.errors import ConfigError
 from rollout.gateway.config import GatewayFile
 
 logger = logging.getLogger(__name__)
@@ -17,19 +18,46 @@ RAG_SYSTEM_PROMPT = (
 )
 
 
+RAG_RESOURCE_TYPE = "rag"
+"""The one module resource type the RAG environment serves."""
+
+
+def keep_rag_modules(config: GatewayFile, source: str | Path, resource_type: str = RAG_RESOURCE_TYPE) -> GatewayFile:
+    """`config` with only its modules of `resource_type`; a `ConfigError` when that drops every tool.
+
+    Modules of other types (system, vm_pyautogui, ...) are dropped on purpose, but a file whose
+    kept modules bring no tool group while dropped ones name some (a typo such as
+    `"resource_type": "RAG"`, or a file meant for another environment) would give the agent no
+    tool at all and every answer would be a guess; that is refused, naming the modules. A file
+    that names no group anywhere (`rag_no_tool.json`) is the no-tool baseline and is kept.
+    """
+    kept = [m for m in config.modules if m.resource_type == resource_type]
+    dropped = [(i, m) for i, m in enumerate(config.modules, start=1) if m.resource_type != resource_type]
+    if dropped:
+        logger.debug("RAG environment drops modules of type %s from %s",
+                      ", ".join(sorted({m.resource_type for _, m in dropped})), source)
+    if not any(m.group_names for m in kept) and any(m.group_names for _, m in dropped):
+        described = "; ".join(
+            f"module {i} has resource_type {m.resource_type!r} (tool groups {', '.join(m.group_names)})"
+            + (f", did you mean {resource_type!r}?" if m.resource_type.strip().lower() == resource_type else "")
+            for i, m in dropped if m.group_names
+        )
+        raise ConfigError(
+            f"gateway file {source} gives the RAG environment no tool: it serves modules of resource type "
+            f"{resource_type!r} only, and none of those names a tool group. {described}. Set the module's "
+            f'"resource_type" to "{resource_type}", or use rag_no_tool.json for a run without tools'
+        )
+    return config.model_copy(update={"modules": kept})
+
+
 class HttpMCPRagEnv(HttpMCPEnv):
     """RAG environment: modules of other resource types (system, vm_pyautogui, ...) are dropped."""
 
-    resource_type = "rag"
+    resource_type = RAG_RESOURCE_TYPE
 
     def __init__(self, url: str, gateway_config_path: str | Path, **kwargs: object):
         kwargs.setdefault("system_prompt", RAG_SYSTEM_PROMPT)
         super().__init__(url, gateway_config_path, **kwargs)  # type: ignore[arg-type]
 
     def _load_gateway_config(self, config_path: str | Path) -> GatewayFile:
-        config = super()._load_gateway_config(config_path)
-        kept = [m for m in config.modules if m.resource_type == self.resource_type]
-        dropped = sorted({m.resource_type for m in config.modules} - {self.resource_type})
-        if dropped:
-            logger.debug("RAG environment drops modules of type %s from %s", ", ".join(dropped), config_path)
-        return config.model_copy(update={"modules": kept})
+        return keep_rag_modules(super()._load_gateway_config(config_path), config_path, self.resource_type)

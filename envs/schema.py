@@ -8,6 +8,10 @@ document. Recursive types would inline forever, so a reference already being exp
 on the current path (a cycle), or one nested deeper than `max_depth` references, is
 pruned to its `type` and `description`: the model still knows what kind of value to
 send, and the schema stays small.
+
+A schema that cannot be converted at all (a reference that points nowhere, a remote one) does
+not cost the tool: `mcp_tool_to_function` offers it with `FALLBACK_PARAMETERS`, a plain object
+schema, and a warning naming the tool, so one odd upstream tool never stops a run from starting.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from urllib.parse import unquote
 from mcp_types import Tool
 
 __all__ = [
+    "FALLBACK_PARAMETERS",
     "Lookup",
     "RefResolver",
     "SchemaError",
@@ -36,6 +41,8 @@ Lookup = Callable[[str], Mapping[str, Any]]
 """Return the schema a `$ref` string points to, or raise `SchemaError`."""
 
 DEFAULT_MAX_DEPTH = 3
+FALLBACK_PARAMETERS: dict[str, Any] = {"type": "object"}
+"""Parameters of a tool whose own schema cannot be converted: any JSON object."""
 
 # Keywords whose value is a schema, a list of schemas, or a name -> schema map. Only these
 # are walked: everything else (enum, default, examples, const, required) is data and is
@@ -166,9 +173,11 @@ class RefResolver:
 
 
 def _as_parameters(resolved: dict[str, Any]) -> dict[str, Any]:
-    # Function calling wants an object at the top even when a tool takes no arguments.
-    resolved.setdefault("type", "object")
-    if resolved["type"] == "object":
+    # Function calling wants an object at the top even when a tool takes no arguments. A schema
+    # that says only `{"type": "object"}` (any object, e.g. `FALLBACK_PARAMETERS`) stays as it is:
+    # an empty `properties` would tell the model the tool takes no arguments.
+    if "type" not in resolved:
+        resolved = {"type": "object", **resolved}
         resolved.setdefault("properties", {})
     return resolved
 
@@ -188,12 +197,21 @@ def openapi_schema_to_parameters(
     return _as_parameters(RefResolver(pointer_lookup(document), max_depth=max_depth).resolve(schema))
 
 
-def mcp_tool_to_function(tool: Tool, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
-    """`{"type": "function", "function": {name, description, parameters}}` for one MCP tool."""
+def mcp_tool_to_function(tool: Tool, *, max_depth: int = DEFAULT_MAX_DEPTH, strict: bool = False) -> dict[str, Any]:
+    """`{"type": "function", "function": {name, description, parameters}}` for one MCP tool.
+
+    A schema that cannot be converted gives `FALLBACK_PARAMETERS` and a warning naming the tool;
+    with `strict=True` it is a `SchemaError` naming the tool instead.
+    """
     try:
         parameters = input_schema_to_parameters(tool.input_schema, max_depth=max_depth)
     except SchemaError as e:
-        raise SchemaError(f"tool {tool.name!r}: {e}") from e
+        if strict:
+            raise SchemaError(f"tool {tool.name!r}: {e}") from e
+        logger.warning("tool %r: its input schema cannot be converted (%s); offering it with the plain schema %s, "
+                       "so the model sees no parameter names. Fix the tool's inputSchema to offer its real "
+                       "parameters", tool.name, e, FALLBACK_PARAMETERS)
+        parameters = dict(FALLBACK_PARAMETERS)
     return {
         "type": "function",
         "function": {"name": tool.name, "description": (tool.description or "").strip(), "parameters": parameters},

@@ -57,3 +57,15 @@ def test_app_compares_all_retrievers(tmp_path):
         assert 0.3 < r.hit[20] <= 1.0 and 0 < r.mrr <= 1.0
     saved = json.loads((tmp_path / "retrieval_eval.json").read_text())
     assert [r["retriever"] for r in saved] == ["dense", "sparse", "hybrid"]
+
+
+@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
+def test_bm25_gets_no_credit_for_a_query_it_cannot_match(backend):
+    # The gold passage is row 0: filling a row with unmatched passages in row order would find it.
+    from rollout.retrieval import BM25Retriever, SparseParams
+
+    sparse = BM25Retriever.build(PASSAGES, SparseParams(backend=backend))
+    qs = [Question("q1", "the of and", ["x"], {"gold_doc_ids": ["p0"]}),
+          Question("q2", "xylophone", ["x"], {"gold_doc_ids": ["p0"]})]
+    s = score_hits(sparse.search([q.question for q in qs], 3), qs, PASSAGES, [1, 3])
+    assert s["recall"] == {1: 0.0, 3: 0.0} and s["hit"] == {1: 0.0, 3: 0.0} and s["mrr"] == 0.0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rollout.data.errors import DataError
+from rollout.jsonl import iter_text_lines
 
 _BATCH = 1024
 _TABLE_SUFFIXES = (".parquet", ".pq")
@@ -100,28 +101,34 @@ def _starts_with_bracket(path: Path) -> bool:
 
 def _json_lines(path: Path) -> Iterator[Row]:
     index = 0
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield Row(index, lineno, None, f"not valid JSON: {e}")
-            else:
-                if isinstance(obj, dict):
-                    yield Row(index, lineno, obj)
-                else:
-                    yield Row(index, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
+    for lineno, line, problem in iter_text_lines(path):
+        if line is None:
+            yield Row(index, lineno, None, problem)
             index += 1
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield Row(index, lineno, None, f"not valid JSON: {e}")
+        else:
+            if isinstance(obj, dict):
+                yield Row(index, lineno, obj)
+            else:
+                yield Row(index, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
+        index += 1
 
 
 def _open_json_array(path: Path, expected: str) -> RowSource:
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open(encoding="utf-8-sig") as f:
             items = json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); expected {expected}") from e
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not valid UTF-8 (byte 0x{e.object[e.start]:02x} at byte offset {e.start}); "
+                        f"save the file as UTF-8. Expected {expected}") from e
 
     def rows() -> Iterator[Row]:
         for i, item in enumerate(items):

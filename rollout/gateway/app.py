@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
 from rollout.errors import ConfigError
@@ -31,7 +32,7 @@ class GatewayServer(MCPServer):
     def __init__(self, *args: Any, upstreams: UpstreamTools | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.upstreams = upstreams if upstreams is not None else UpstreamTools()
-        self.proxy = ToolProxy(self)
+        self.proxy = ToolProxy(self, loopback_security("127.0.0.1"))
         self.custom_route(PROXY_ROUTE, methods=["POST"], name="tool_proxy")(self.proxy.handle)
 
     @contextlib.asynccontextmanager
@@ -53,6 +54,21 @@ def mcp_path(transport: str) -> str:
         raise ConfigError(f"unknown transport {transport!r}: use one of {', '.join(MCP_PATHS)}") from None
 
 
+def loopback_security(host: str) -> TransportSecuritySettings | None:
+    """Host/Origin checks for a gateway bound to `host`: on for a loopback address, off otherwise.
+
+    The same settings the SDK applies to MCP on its own (`streamable_http_app(host=...)`); they are
+    made here once so that the proxy route gets exactly what `/mcp` gets.
+    """
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
 def gateway_app(
     server: MCPServer,
     *,
@@ -63,7 +79,13 @@ def gateway_app(
 ) -> Starlette:
     """The ASGI app serving `server` over `transport`; `start_runtime=False` when the caller runs `server.running()`."""
     mcp_path(transport)
-    app = server.sse_app(host=host) if transport == "sse" else server.streamable_http_app(host=host)
+    security = loopback_security(host)
+    if transport == "sse":
+        app = server.sse_app(host=host, transport_security=security)
+    else:
+        app = server.streamable_http_app(host=host, transport_security=security)
+    if isinstance(server, GatewayServer):
+        server.proxy.protect(security)
     if start_runtime and isinstance(server, GatewayServer):
         inner = app.router.lifespan_context
 

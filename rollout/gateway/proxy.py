@@ -5,11 +5,15 @@
     X-Task-Id: task-7        (optional; the stats record's task_id)
     X-Call-Id: c-123         (optional; the stats record's call_id, generated when absent)
     X-Worker-Id: client-a    (optional; the stats record's worker_id)
+    X-Run-Id: run-1          (optional; with X-Task-Id and X-Attempt, whose tool sets the call uses)
+    X-Attempt: 1             (optional; the task's attempt, 1 when absent)
 
     {"query": "Who founded Veltrix Holdings?", "top_k": 3}
 
 The body is the tool's arguments as one flat JSON object (an empty body means `{}`), exactly
-the object a function-calling model produces from the tool's input schema. The call goes
+the object a function-calling model produces from the tool's input schema, sent with a JSON
+content type. The route gets the same Host/Origin (DNS-rebinding) checks as MCP on a loopback
+gateway, so a web page the user visits cannot call tools through the user's browser. The call goes
 through an in-process MCP session to this same server, so it passes the same middleware as an
 MCP client's call: it is recorded once in `tool_stats/realtime_calls.jsonl`, tool-set gates and
 the gateway's `--tool-timeout-s` apply, and upstream tools are forwarded the same way.
@@ -20,7 +24,10 @@ Every answer is a JSON object with `tool`, `call_id` and `outcome` (the stats ca
 |---|---|---|
 | 200 | the tool answered, including a tool error result | `is_error`, `text`, `content`, `structured_content` |
 | 400 | the body is not a JSON object, or the arguments fail the tool's schema | `error` (the reason) |
+| 403 / 421 | the Origin / Host header is not one this gateway serves (DNS-rebinding protection) | `error` |
 | 404 | no tool of that name is exposed by this gateway | `error` listing the exposed tools |
+| 413 | the body is over `MAX_BODY_BYTES` | `error` |
+| 415 | the Content-Type is not JSON | `error` |
 | 502 | the tool's upstream MCP server is unavailable | `error` |
 | 504 | the call ran over the gateway's `--tool-timeout-s` | `error` |
 | 500 | the MCP layer failed (a protocol error, not a tool result) | `error` |
@@ -28,8 +35,8 @@ Every answer is a JSON object with `tool`, `call_id` and `outcome` (the stats ca
 A tool error (the tool ran and reported a problem, e.g. `top_k` over the limit, or its tool set
 is not active for the task) is 200 with `is_error: true`, as in MCP: it is an answer meant for
 the model to read and react to, and the status codes stay for calls that did not happen as
-asked. Only a body that cannot be a call at all (400 before any tool runs) is not counted in the
-stats.
+asked. Only a request that cannot be a call at all (400, 403, 413, 415 or 421 before any tool
+runs) is not counted in the stats.
 """
 
 from __future__ import annotations
@@ -41,13 +48,14 @@ import uuid
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from rollout.gateway.sessions import HeldClient, describe
-from rollout.wire import META_CALL_ID, META_TASK_ID, META_WORKER_ID, classify_result
+from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID, META_WORKER_ID, classify_result
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +63,8 @@ PROXY_ROUTE = "/proxy/tools/{tool_name}/call"
 HEADER_TASK_ID = "x-task-id"
 HEADER_CALL_ID = "x-call-id"
 HEADER_WORKER_ID = "x-worker-id"
+HEADER_RUN_ID = "x-run-id"
+HEADER_ATTEMPT = "x-attempt"
 
 STATUS_BY_OUTCOME = {
     "ok": 200,
@@ -64,14 +74,21 @@ STATUS_BY_OUTCOME = {
     "upstream_unavailable": 502,
     "timeout": 504,
 }
+MAX_BODY_BYTES = 1024 * 1024
+"""Largest request body the proxy reads (1 MiB): tool arguments are a query and a few numbers."""
 _PYDANTIC_LINK = re.compile(r"^\s*For further information visit \S+\s*$", re.MULTILINE)
 
 
 class ToolProxy:
     """The proxy route's handler, over one in-process MCP session to `server` (opened by `start`)."""
 
-    def __init__(self, server: MCPServer):
+    def __init__(self, server: MCPServer, security: TransportSecuritySettings | None = None):
         self._session = HeldClient(server, name="http-proxy")
+        self._security = TransportSecurityMiddleware(security)
+
+    def protect(self, security: TransportSecuritySettings | None) -> None:
+        """Check Host/Origin as `security` says: the same settings the app's MCP transport uses."""
+        self._security = TransportSecurityMiddleware(security)
 
     async def start(self) -> None:
         await self._session.open(30.0)
@@ -84,7 +101,14 @@ class ToolProxy:
         name = request.path_params["tool_name"]
         call_id = request.headers.get(HEADER_CALL_ID) or uuid.uuid4().hex
         base = {"tool": name, "call_id": call_id}
-        arguments, problem = _arguments(await request.body())
+        refusal = await self._refusal(request)
+        if refusal is not None:
+            status, outcome, error = refusal
+            return _answer(status, {**base, "outcome": outcome, "error": error})
+        raw = await _body(request)
+        if raw is None:
+            return _answer(413, {**base, "outcome": "invalid_request", "error": _TOO_LARGE})
+        arguments, problem = _arguments(raw)
         if problem is not None:
             return _answer(400, {**base, "outcome": "invalid_request", "error": problem})
         client = self._session.client
@@ -92,7 +116,8 @@ class ToolProxy:
             error = "the tool proxy is not running: serve the gateway with rollout.gateway.server.serve or make_uvicorn"
             return _answer(503, {**base, "outcome": "unavailable", "error": error})
         meta = {META_CALL_ID: call_id}
-        for header, key in ((HEADER_TASK_ID, META_TASK_ID), (HEADER_WORKER_ID, META_WORKER_ID)):
+        for header, key in ((HEADER_TASK_ID, META_TASK_ID), (HEADER_WORKER_ID, META_WORKER_ID),
+                            (HEADER_RUN_ID, META_RUN_ID), (HEADER_ATTEMPT, META_ATTEMPT)):
             if request.headers.get(header):
                 meta[key] = request.headers[header]
         try:
@@ -113,6 +138,40 @@ class ToolProxy:
         elif outcome == "invalid_arguments":
             error = f"invalid arguments for {name}: {_PYDANTIC_LINK.sub('', error or '').strip()}"
         return _answer(status, {**body, "error": error})
+
+    async def _refusal(self, request: Request) -> tuple[int, str, str] | None:
+        """(status, outcome, reason) for a request refused before its body is read, else None."""
+        refused = await self._security.validate_request(request, is_post=False)
+        if refused is not None:
+            if refused.status_code == 421:
+                fix = "this gateway answers only requests addressed to it by its loopback name (127.0.0.1 or localhost)"
+                seen = request.headers.get("host")
+            else:
+                fix = "web pages from other origins may not call this gateway's tools"
+                seen = request.headers.get("origin")
+            return refused.status_code, "forbidden", f"{bytes(refused.body).decode()} {seen!r}: {fix}"
+        content_type = request.headers.get("content-type", "")
+        media_type = content_type.partition(";")[0].strip().lower()
+        if media_type != "application/json" and not media_type.endswith("+json"):
+            return 415, "invalid_request", (f"unsupported Content-Type {content_type or '(none)'!r}: "
+                                            "send the arguments with 'Content-Type: application/json'")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return 413, "invalid_request", _TOO_LARGE
+        return None
+
+
+_TOO_LARGE = f"the body is over {MAX_BODY_BYTES} bytes: tool arguments are one small flat JSON object"
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request body, or None once more than `MAX_BODY_BYTES` arrive (whatever Content-Length said)."""
+    received = bytearray()
+    async for chunk in request.stream():
+        received.extend(chunk)
+        if len(received) > MAX_BODY_BYTES:
+            return None
+    return bytes(received)
 
 
 def _arguments(raw: bytes) -> tuple[dict[str, Any], str | None]:

@@ -6,15 +6,24 @@ from another MCP server). With `"dynamic_toolsets": true` the gateway also serve
 `list_toolsets`, `activate_toolset` and `deactivate_toolset` (group `toolsets`) and
 `ToolsetGate` refuses a call to a tool whose set is not active for the calling task.
 
-The state is kept per task, keyed by the request `_meta` `rollout/task_id`: one worker's MCP
-session carries many concurrent tasks, so a session-wide state would let one task's activation
-leak into the others. A task starts from the gateway file's defaults; only tasks that changed
-their sets are stored. Calls that carry no task id share one state.
+The state is kept per task attempt of a run, keyed by the request `_meta` `rollout/run_id`,
+`rollout/task_id` and `rollout/attempt` (`TaskKey`): one worker's MCP session carries many
+concurrent tasks, and one gateway may serve several runs whose task ids overlap, so a wider state
+would let one task's activation leak into another's. A task starts from the gateway file's
+defaults; only tasks that changed their sets are stored. Calls that carry no task id share one
+state per run; a missing attempt counts as 1.
+
+There is no end-of-task call, so stored states are dropped two ways: a later attempt of the same
+run and task replaces the earlier attempt's state (the earlier attempt is over: its worker died),
+and at most `MAX_TASK_STATES` states are kept, the least recently used going first (a task that
+long unused has ended). A new run id never drops another run's state: two runs sharing a gateway
+must not reset each other's sets.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from rollout.gateway.config import GatewayFile
 from rollout.gateway.registry import ToolRegistry
-from rollout.wire import META_TASK_ID
+from rollout.wire import META_ATTEMPT, META_RUN_ID, META_TASK_ID
 
 if TYPE_CHECKING:
     from rollout.gateway.server import ServedTool
@@ -35,6 +44,20 @@ TOOLSETS_GROUP = "toolsets"
 """The group of the three management tools; always exposed (and never a set) when dynamic."""
 TOOLSET_TOOLS = ("list_toolsets", "activate_toolset", "deactivate_toolset")
 TOOLSET_SOURCES = ("local", "mcp")
+MAX_TASK_STATES = 10_000
+"""Most task states a catalog keeps; past it the least recently used is dropped (back to defaults)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskKey:
+    """Whose tool-set state a request reads and changes."""
+
+    run_id: str | None
+    """The run (`_meta` `rollout/run_id`); None when the client sent none."""
+    task_id: str | None
+    """The task (`_meta` `rollout/task_id`); None when the client sent none."""
+    attempt: int = 1
+    """The task's attempt (`_meta` `rollout/attempt`); 1 when absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +128,16 @@ def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool]) -> list[To
 class ToolsetCatalog:
     """The tool sets of one gateway and which of them each task has active."""
 
-    def __init__(self, toolsets: Iterable[ToolSet] = ()):
+    def __init__(self, toolsets: Iterable[ToolSet] = (), *, max_tasks: int = MAX_TASK_STATES):
+        if max_tasks < 1:
+            raise ValueError(f"max_tasks must be at least 1, got {max_tasks}")
         self._sets: dict[str, ToolSet] = {}
         self._set_of_tool: dict[str, str] = {}
-        self._task_active: dict[str | None, frozenset[str]] = {}
+        self._max_tasks = max_tasks
+        self._task_active: OrderedDict[TaskKey, frozenset[str]] = OrderedDict()
+        """Stored states, least recently used first."""
+        self._latest_attempt: dict[tuple[str | None, str | None], int] = {}
+        """The highest stored attempt of each (run, task), so a later attempt can drop it."""
         for toolset in toolsets:
             self.add(toolset)
 
@@ -132,34 +161,40 @@ class ToolsetCatalog:
         """The set a tool belongs to; None for tools outside every set (the management tools)."""
         return self._set_of_tool.get(tool_name)
 
-    def active(self, task_id: str | None) -> list[str]:
+    def __len__(self) -> int:
+        """How many task states are stored (tasks still on their defaults are not)."""
+        return len(self._task_active)
+
+    def active(self, task: TaskKey) -> list[str]:
         """Names of the sets active for a task, in catalog order."""
-        state = self._task_active.get(task_id)
+        state = self._task_active.get(task)
+        if state is not None:
+            self._task_active.move_to_end(task)
         return [s.name for s in self._sets.values() if (s.name in state if state is not None else s.active)]
 
-    def activate(self, task_id: str | None, name: str) -> list[str]:
+    def activate(self, task: TaskKey, name: str) -> list[str]:
         """Make a set's tools callable for a task; activating an active set changes nothing."""
         self._require(name)
-        return self._store(task_id, {*self.active(task_id), name})
+        return self._store(task, {*self.active(task), name})
 
-    def deactivate(self, task_id: str | None, name: str) -> list[str]:
+    def deactivate(self, task: TaskKey, name: str) -> list[str]:
         """Stop a task from calling a set's tools; deactivating an inactive set changes nothing."""
         self._require(name)
-        return self._store(task_id, set(self.active(task_id)) - {name})
+        return self._store(task, set(self.active(task)) - {name})
 
-    def refusal(self, task_id: str | None, tool_name: str) -> str | None:
+    def refusal(self, task: TaskKey, tool_name: str) -> str | None:
         """Why a task may not call a tool now; None when it may."""
         name = self.set_of(tool_name)
-        if name is None or name in self.active(task_id):
+        if name is None or name in self.active(task):
             return None
         return (
             f"Tool {tool_name!r} belongs to the tool set {name!r}, which is not active. "
             f"Call activate_toolset with name={name!r} first (list_toolsets shows every set)."
         )
 
-    def describe(self, task_id: str | None, changed: str | None = None) -> ToolSetsResult:
+    def describe(self, task: TaskKey, changed: str | None = None) -> ToolSetsResult:
         """The sets and their state for a task, as the management tools return them."""
-        active = self.active(task_id)
+        active = self.active(task)
         infos = [
             ToolSetInfo(name=s.name, description=s.description, tools=list(s.tools), active=s.name in active,
                         source=s.source)
@@ -174,16 +209,33 @@ class ToolsetCatalog:
             known = ", ".join(self._sets) or "(none)"
             raise ValueError(f"unknown tool set {name!r}. Tool sets: {known}")
 
-    def _store(self, task_id: str | None, names: set[str]) -> list[str]:
-        self._task_active[task_id] = frozenset(names)
-        return self.active(task_id)
+    def _store(self, task: TaskKey, names: set[str]) -> list[str]:
+        run_task = (task.run_id, task.task_id)
+        latest = self._latest_attempt.get(run_task)
+        if latest is None or latest < task.attempt:
+            if latest is not None:
+                self._task_active.pop(TaskKey(task.run_id, task.task_id, latest), None)
+            self._latest_attempt[run_task] = task.attempt
+        self._task_active[task] = frozenset(names)
+        self._task_active.move_to_end(task)
+        while len(self._task_active) > self._max_tasks:
+            dropped, _ = self._task_active.popitem(last=False)
+            if self._latest_attempt.get((dropped.run_id, dropped.task_id)) == dropped.attempt:
+                del self._latest_attempt[(dropped.run_id, dropped.task_id)]
+        return self.active(task)
 
 
-def task_id_of(params: Mapping[str, Any] | None) -> str | None:
-    """The task a request belongs to, from its `_meta` (None when the client sent none)."""
+def task_key_of(params: Mapping[str, Any] | None) -> TaskKey:
+    """Whose tool-set state a request is about, from its `_meta` (missing ids are None, attempt 1)."""
     meta = (params or {}).get("_meta") or {}
-    task_id = meta.get(META_TASK_ID) if isinstance(meta, Mapping) else None
-    return None if task_id is None else str(task_id)
+    if not isinstance(meta, Mapping):
+        meta = {}
+    run_id, task_id, attempt = meta.get(META_RUN_ID), meta.get(META_TASK_ID), meta.get(META_ATTEMPT)
+    try:
+        attempt = int(attempt) if attempt is not None and not isinstance(attempt, bool) else 1
+    except (TypeError, ValueError):
+        attempt = 1
+    return TaskKey(None if run_id is None else str(run_id), None if task_id is None else str(task_id), attempt)
 
 
 class ToolsetGate:
@@ -199,7 +251,7 @@ class ToolsetGate:
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         if ctx.method != "tools/call":
             return await call_next(ctx)
-        refusal = self.catalog.refusal(task_id_of(ctx.params), str((ctx.params or {}).get("name", "")))
+        refusal = self.catalog.refusal(task_key_of(ctx.params), str((ctx.params or {}).get("name", "")))
         if refusal is None:
             return await call_next(ctx)
         return CallToolResult(content=[TextContent(type="text", text=refusal)], is_error=True)

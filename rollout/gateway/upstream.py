@@ -14,6 +14,9 @@ over that session. The tools carry `_meta` `rollout/group` = the module's `name`
 Failures:
 - unreachable at startup, or a `tools` entry the upstream does not have: `GatewayError` naming
   the URL, and the gateway does not start;
+- a tool whose input schema cannot be converted for function calling (a `$ref` that points
+  nowhere): served with the plain schema `{"type": "object"}` and a warning naming the tool,
+  so one odd tool neither stops the gateway nor every environment that lists it;
 - the upstream dies later: its calls answer with an `is_error` result marked
   `_meta["rollout/outcome"] = "upstream_unavailable"` (the HTTP proxy answers 502); the next call
   after `retry_interval_s` tries to open a new session, so a restarted upstream comes back.
@@ -39,6 +42,7 @@ from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolRequestParams, CallToolResult, TextContent, Tool
 
+from envs.schema import FALLBACK_PARAMETERS, SchemaError, input_schema_to_parameters
 from rollout.errors import ConfigError, GatewayError
 from rollout.gateway.config import GatewayFile, GatewayModule
 from rollout.gateway.sessions import HeldClient, describe
@@ -120,10 +124,18 @@ class UpstreamToolSet:
         logger.info("Upstream %s at %s: %s", s.name, s.url, ", ".join(t.name for t in self.tools) or "(no tools)")
 
     def _served(self, tool: Tool) -> Tool:
-
         meta = {**(tool.meta or {}), META_GROUP: self.spec.name, META_RESOURCE_TYPE: self.spec.resource_type,
                 META_SOURCE: "mcp", META_UPSTREAM: self.spec.url}
-        return tool.model_copy(update={"meta": meta})
+        update: dict[str, Any] = {"meta": meta}
+        try:
+            input_schema_to_parameters(tool.input_schema)
+        except SchemaError as e:
+            logger.warning("tool %r of the upstream MCP server %s (tool set %r): its input schema cannot be "
+                           "converted (%s); serving it with the plain schema %s. Fix the upstream tool's "
+                           "inputSchema to offer its real parameters", tool.name, self.spec.url, self.spec.name, e,
+                           FALLBACK_PARAMETERS)
+            update["input_schema"] = dict(FALLBACK_PARAMETERS)
+        return tool.model_copy(update=update)
 
     async def stop(self) -> None:
         await self._session.close()

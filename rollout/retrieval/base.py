@@ -85,7 +85,14 @@ def read_index_meta(path: Path, meta_file: str, *, fmt: str, version: int, what:
     meta_path = Path(path) / meta_file
     if not meta_path.is_file():
         raise RetrievalError(f"no {what} at {path} ({meta_file} missing); build one with {builder}(...).save(path)")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise RetrievalError(
+            f"{meta_path} is not readable JSON ({e}); delete the directory and rebuild the index"
+        ) from e
+    if not isinstance(meta, dict):
+        raise RetrievalError(f"{meta_path} is not a JSON object; delete the directory and rebuild the index")
     if meta.get("format") != fmt or meta.get("format_version") != version:
         raise RetrievalError(
             f"{path} holds format {meta.get('format')!r} v{meta.get('format_version')}, this code reads "

@@ -161,6 +161,35 @@ def _check_which(which: Iterable[str]) -> list[str]:
     return kinds
 
 
+def _load_checked(
+    final: Path, kind: str, num_passages: int, load: Callable[[Path], _R]
+) -> tuple[_R | None, str | None]:
+    """The cached index, or None and why it cannot be used (unreadable, truncated, or of another corpus size)."""
+    try:
+        retriever = load(final)
+    # A truncated or corrupt file fails in numpy, faiss, bm25s or json with many exception types;
+    # whatever the type, the entry is rebuilt rather than the run stopped.
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
+    if retriever.num_passages != num_passages:
+        return None, f"it holds {retriever.num_passages} passages, the corpus has {num_passages}"
+    return retriever, None
+
+
+def _discard(final: Path) -> None:
+    """Move a broken cache entry out of the way (atomically, so a concurrent reader never sees half), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=f".broken-{final.name}-", dir=final.parent))
+    try:
+        os.rename(final, trash / final.name)
+    except OSError as e:
+        if final.is_dir():
+            raise RetrievalError(
+                f"cannot remove the unusable cached index at {final} ({e}); delete that directory to rebuild it"
+            ) from e
+        # Another process moved it first.
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def _load_or_build(
     final: Path,
     kind: str,
@@ -172,20 +201,13 @@ def _load_or_build(
 ) -> _R:
     if final.is_dir():
         started = time.perf_counter()
-        try:
-            retriever = load(final)
-        except Exception as e:
-            raise RetrievalError(
-                f"cannot read the cached {kind} index at {final} ({e}); delete that directory to rebuild it"
-            ) from e
-        if retriever.num_passages != num_passages:
-            raise RetrievalError(
-                f"cached {kind} index at {final} holds {retriever.num_passages} passages, the corpus has "
-                f"{num_passages}; delete that directory to rebuild it"
-            )
-        seconds = time.perf_counter() - started
-        logger.info("loaded %s index (%d passages) from %s in %.2f s", kind, num_passages, final, seconds)
-        return retriever
+        retriever, problem = _load_checked(final, kind, num_passages, load)
+        if retriever is not None:
+            seconds = time.perf_counter() - started
+            logger.info("loaded %s index (%d passages) from %s in %.2f s", kind, num_passages, final, seconds)
+            return retriever
+        logger.warning("cached %s index at %s is unusable (%s); rebuilding it", kind, final, problem)
+        _discard(final)
 
     started = time.perf_counter()
     retriever = build()

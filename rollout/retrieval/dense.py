@@ -260,8 +260,11 @@ class DenseRetriever:
                 path, *built_with, *querying_with,
             )
         index = _read_index(path / _INDEX)
-        if index.ntotal != meta.get("num_passages"):
-            raise RetrievalError(f"dense index at {path} is inconsistent with its {_META}; delete it and rebuild")
+        if index.ntotal != meta.get("num_passages") or index.d != meta.get("dimension"):
+            raise RetrievalError(
+                f"dense index at {path} holds {index.ntotal} {index.d}-d vectors, its {_META} says "
+                f"{meta.get('num_passages')} {meta.get('dimension')}-d ones; delete it and rebuild"
+            )
         return cls(index, encoder, ef_search=params.ef_search)
 
 

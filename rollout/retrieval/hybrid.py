@@ -17,9 +17,10 @@ class HybridRetriever:
     the sum over the rankings it appears in of `1 / (rrf_k + rank)`, rank counted from 1.
     Passages are returned by fused score, ties going to the lower row number.
 
-    A sparse hit scoring exactly 0 shares no term with the query; BM25 lists such passages
-    in row order only to fill k, so they are left out of the sparse ranking instead of being
-    credited for an arbitrary rank.
+    Only real matches are fused: BM25 returns no passage scoring 0, and a sparse hit scoring
+    exactly 0 from any other sparse retriever is left out too, so no passage is credited for a
+    rank it holds only by row order. A query the sparse side cannot match is ranked by the dense
+    side alone.
     """
 
     name = "hybrid"

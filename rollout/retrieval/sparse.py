@@ -48,6 +48,9 @@ _META = "meta.json"
 _VOCAB = "vocab.json"
 _TOKEN_IDS = "token_ids.npy"
 _OFFSETS = "offsets.npy"
+_BM25S_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json",
+                 "params.index.json")
+"""The files `bm25s.BM25.save` writes."""
 _QUERIES_PER_THREAD = 32
 """A batch gets a thread per core once each thread has at least this many queries."""
 
@@ -101,6 +104,7 @@ class _Bm25sScorer:
 
     @classmethod
     def load(cls, path: Path, params: SparseParams) -> _Bm25sScorer:
+        _check_files(path, _BM25S_FILES)
         try:
             model = bm25s.BM25.load(path, mmap=True, show_progress=False)
         except (OSError, ValueError) as e:
@@ -113,7 +117,26 @@ class _Bm25sScorer:
                 f"bm25s files at {path} hold method/idf/k1/b {stored}, meta.json says k1={params.k1}, b={params.b}; "
                 "delete the directory and rebuild the index"
             )
-        return cls(model)
+        scorer = cls(model)
+        scorer._check(path)
+        return scorer
+
+    def _check(self, path: Path) -> None:
+        """Refuse files whose arrays disagree: a search would read out of bounds or score wrong rows."""
+        indptr, doc_ids = self._indptr, self._doc_ids
+        n_terms = len(indptr) - 1
+        term_ids = np.fromiter(self._vocab.values(), dtype=np.int64, count=len(self._vocab))
+        problem = None
+        if indptr.ndim != 1 or n_terms < 0 or len(self._data) != len(doc_ids):
+            problem = "the score matrix arrays have mismatched shapes"
+        elif int(indptr[0]) != 0 or int(indptr[-1]) != len(doc_ids) or np.any(np.diff(indptr) < 0):
+            problem = f"indptr does not span the {len(doc_ids)} stored scores"
+        elif n_terms != len(term_ids) or (len(term_ids) and not (term_ids.min() >= 0 and term_ids.max() < n_terms)):
+            problem = f"the vocabulary holds {len(self._vocab)} terms, the score matrix {n_terms}"
+        elif len(doc_ids) and not (0 <= int(doc_ids.min()) and int(doc_ids.max()) < self.num_passages):
+            problem = f"passage ids outside 0..{self.num_passages - 1}"
+        if problem is not None:
+            raise RetrievalError(f"bm25s index at {path} is corrupt: {problem}; delete the directory and rebuild it")
 
     def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         terms = np.asarray(self._term_ids(query), dtype=np.int64)
@@ -229,6 +252,7 @@ class _RankBm25Scorer:
 
     @classmethod
     def load(cls, path: Path, params: SparseParams) -> _RankBm25Scorer:
+        _check_files(path, (_VOCAB, _TOKEN_IDS, _OFFSETS))
         try:
             vocab = json.loads((path / _VOCAB).read_text(encoding="utf-8"))
             token_ids = np.load(path / _TOKEN_IDS, mmap_mode="r", allow_pickle=False)
@@ -237,8 +261,14 @@ class _RankBm25Scorer:
             raise RetrievalError(
                 f"cannot read the BM25 tokens at {path} ({e}); delete the directory and rebuild it"
             ) from e
-        if offsets.ndim != 1 or len(offsets) < 2 or int(offsets[-1]) != len(token_ids):
+        if (offsets.ndim != 1 or len(offsets) < 2 or int(offsets[0]) != 0 or int(offsets[-1]) != len(token_ids)
+                or np.any(np.diff(offsets) < 0)):
             raise RetrievalError(f"BM25 index at {path} is inconsistent (offsets vs tokens); delete it and rebuild")
+        if not isinstance(vocab, list) or (len(token_ids) and not (0 <= int(token_ids.min())
+                                                                   and int(token_ids.max()) < len(vocab))):
+            raise RetrievalError(
+                f"BM25 index at {path} is corrupt: token ids outside its {_VOCAB}; delete the directory and rebuild it"
+            )
         return cls(vocab, token_ids, offsets, params)
 
     def candidates(self, query: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -261,9 +291,10 @@ _SCORERS: dict[str, type[_Bm25sScorer] | type[_RankBm25Scorer]] = {
 class BM25Retriever:
     """Okapi BM25 over `tokenize(passage.contents)`, scored by the backend `params` name.
 
-    Every passage is scored, so a row holds k passages whenever the corpus has k; passages
-    that share no word with the query score 0 and fill a row from the lowest row number. A
-    query with no token the corpus knows therefore returns rows 0..k-1, all with score 0.
+    Only passages scoring above 0 are returned: one sharing no word with the query (or only
+    words in more than half the corpus, whose idf is 0) is no match, and ranking it would credit
+    hit@k and recall for row order. A row therefore holds fewer than k passages, padded with
+    `PAD_INDEX` / `PAD_SCORE`, when fewer match; a query of stopwords or unknown words gets none.
     """
 
     name = "sparse"
@@ -319,8 +350,8 @@ class BM25Retriever:
         def rank(rows: range) -> None:
             for row in rows:
                 found, scores = _best(*self._scorer.candidates(tokens[row], take), take)
-                hits.indices[row, :take] = found
-                hits.scores[row, :take] = scores
+                hits.indices[row, : len(found)] = found
+                hits.scores[row, : len(found)] = scores
 
         threads = min(os.cpu_count() or 1, len(tokens) // _QUERIES_PER_THREAD) if self._scorer.parallel else 1
         if threads <= 1:
@@ -370,6 +401,21 @@ class BM25Retriever:
         return cls(scorer, saved)
 
 
+def _check_files(path: Path, names: Sequence[str]) -> None:
+    """Open each stored file on its own, so a missing, truncated or garbled one is named in the error."""
+    for name in names:
+        file = path / name
+        try:
+            if name.endswith(".npy"):
+                np.load(file, mmap_mode="r", allow_pickle=False)
+            else:
+                json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise RetrievalError(
+                f"cannot read {file} ({e}); the BM25 index at {path} is incomplete: delete the directory and rebuild it"
+            ) from e
+
+
 def _checked(params: SparseParams) -> SparseParams:
     """`params` with plain float/bool values, or an error naming the valid values."""
     if params.backend not in BACKENDS:
@@ -390,11 +436,12 @@ def _checked(params: SparseParams) -> SparseParams:
 
 
 def _best(rows: np.ndarray, scores: np.ndarray, take: int) -> tuple[np.ndarray, np.ndarray]:
-    """The `take` best of the candidates (ascending rows scoring above 0), topped up with zeros.
+    """At most `take` of the candidates (ascending rows scoring above 0), best first.
 
-    BM25 scores are never negative (idf is floored at 0), so passages left out of the
-    candidates score 0 and fill a row from the lowest row number up. argpartition alone would
-    pick an arbitrary subset of the passages tied at the k-th score; the lowest rows win here.
+    Passages outside the candidates score 0: they share no word with the query (or only words
+    whose idf is floored at 0), so they are left out, not used to fill the row; the rest of the
+    row stays padding. argpartition alone would pick an arbitrary subset of the passages tied
+    at the k-th score; the lowest rows win here.
     """
     if len(rows) > take:
         kth = np.partition(scores, len(scores) - take)[len(scores) - take]
@@ -403,13 +450,7 @@ def _best(rows: np.ndarray, scores: np.ndarray, take: int) -> tuple[np.ndarray, 
         keep = np.concatenate((above, tied))
         rows, scores = rows[keep], scores[keep]
     order = np.lexsort((rows, -scores))
-    rows, scores = rows[order], scores[order]
-    missing = take - len(rows)
-    if missing > 0:
-        zeros = np.setdiff1d(np.arange(take, dtype=np.int64), rows)[:missing]
-        rows = np.concatenate((rows, zeros))
-        scores = np.concatenate((scores, np.zeros(missing, dtype=np.float64)))
-    return rows, scores
+    return rows[order], scores[order]
 
 
 def _read_meta(path: Path) -> tuple[SparseParams, int]:

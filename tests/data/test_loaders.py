@@ -124,3 +124,33 @@ def test_duplicate_ids_are_an_error(tmp_path: Path):
     questions = _write(tmp_path / "q.jsonl", [{"id": "q", "question": "A?", "golden_answers": ["a"]}] * 2)
     with pytest.raises(DataError, match="already used"):
         load_questions(questions)
+
+
+def test_a_byte_order_mark_is_accepted_silently(tmp_path: Path, caplog):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "d1", "contents": "T\nx"}).encode() + b"\n")
+    questions = tmp_path / "q.json"
+    questions.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"id": "q1", "question": "Q?", "golden_answers": ["a"]}])
+                          .encode())
+    with caplog.at_level(logging.WARNING):
+        assert [p.id for p in load_corpus(corpus)] == ["d1"]
+        assert [q.id for q in load_questions(questions)] == ["q1"]
+    assert not caplog.records
+
+
+def test_a_line_that_is_not_utf8_is_reported_with_its_line_and_skipped(tmp_path: Path, caplog):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(json.dumps({"id": "d1", "contents": "T\nx"}).encode() + b"\n"
+                     + '{"id": "d2", "contents": "caf\u00e9"}'.encode("latin-1") + b"\n"
+                     + json.dumps({"id": "d3", "contents": "T\nz"}).encode() + b"\n")
+    with caplog.at_level(logging.WARNING, logger="rollout.data.loaders"):
+        assert [p.id for p in load_corpus(path)] == ["d1", "d3"]
+    assert f"{path}:2:" in caplog.text and "UTF-8" in caplog.text
+
+
+def test_a_json_array_that_is_not_utf8_is_a_data_error_naming_the_file(tmp_path: Path):
+    path = tmp_path / "q.json"
+    path.write_bytes('[{"id": "q1", "question": "caf\u00e9?", "golden_answers": ["a"]}]'.encode("latin-1"))
+    with pytest.raises(DataError, match="UTF-8") as e:
+        load_questions(path)
+    assert str(path) in str(e.value)

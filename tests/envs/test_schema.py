@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 
 import pytest
 from mcp.server.mcpserver import MCPServer
@@ -387,7 +388,17 @@ def test_mcp_tool_to_function_on_a_tool_listed_by_a_real_server():
     }
 
 
-def test_mcp_tool_to_function_error_names_the_tool():
+def test_mcp_tool_to_function_strict_error_names_the_tool():
     tool = Tool(name="broken", input_schema={"type": "object", "properties": {"x": {"$ref": "#/$defs/Nope"}}})
     with pytest.raises(SchemaError, match=r"tool 'broken'.*'#/\$defs/Nope'"):
-        mcp_tool_to_function(tool)
+        mcp_tool_to_function(tool, strict=True)
+
+
+def test_a_schema_that_cannot_be_converted_falls_back_to_a_plain_object_with_a_warning(caplog):
+    tool = Tool(name="broken", description="Look a key up.",
+                input_schema={"type": "object", "properties": {"x": {"$ref": "#/$defs/Nope"}}})
+    with caplog.at_level(logging.WARNING, logger="envs.schema"):
+        spec = mcp_tool_to_function(tool)
+    assert spec == {"type": "function",
+                    "function": {"name": "broken", "description": "Look a key up.", "parameters": {"type": "object"}}}
+    assert "'broken'" in caplog.text and "#/$defs/Nope" in caplog.text

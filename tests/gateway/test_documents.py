@@ -51,16 +51,22 @@ def test_doc_rows_group_passages_by_source_document(kb):
 
 
 async def test_search_ranks_each_document_once_by_its_best_passage(kb):
-    result = await _call(kb, "search_documents", {"query": "Voss"})
+    query = "Voss glassworks painter"  # "voss" is in 4 of 7 passages (idf 0); the other two words count
+    result = await _call(kb, "search_documents", {"query": query})
     assert not result.is_error
     hits = result.structured_content["results"]
-    assert [h["doc_id"] for h in hits] == ["voss", "veltrix"]  # the other documents share no word
+    assert [h["doc_id"] for h in hits] == ["voss", "kelmor"]  # the other documents match no word that counts
     assert [h["rank"] for h in hits] == [1, 2]
     assert all("text" not in h for h in hits)
-    passage_scores = kb.retrievers["sparse"].search(["Voss"], len(PASSAGES))
-    best_voss = max(s for r, s in zip(passage_scores.indices[0], passage_scores.scores[0], strict=True) if r < 3)
+    passage_scores = kb.retrievers["sparse"].search([query], len(PASSAGES))
+    best_voss = max(s for r, s in zip(passage_scores.indices[0], passage_scores.scores[0], strict=True) if 0 <= r < 3)
     assert hits[0]["score"] == pytest.approx(float(best_voss))
     assert hits[0]["num_passages"] == 3 and hits[0]["title"] == "Arlen Voss"
+
+
+async def test_search_lists_no_document_for_a_query_bm25_cannot_match(kb):
+    result = await _call(kb, "search_documents", {"query": "the of xylophone"})
+    assert not result.is_error and result.structured_content["results"] == []
 
 
 async def test_search_respects_max_files_and_rejects_out_of_range(kb):

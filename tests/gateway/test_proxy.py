@@ -5,6 +5,7 @@ import contextlib
 import httpx
 import pytest
 
+from rollout.gateway.proxy import MAX_BODY_BYTES
 from rollout.report import load_calls
 from tests.gateway.loopback import SPARSE_MODULE, gateway_file, gateway_served, sparse_kb, upstream_on_loopback
 
@@ -12,7 +13,7 @@ from tests.gateway.loopback import SPARSE_MODULE, gateway_file, gateway_served, 
 def proxy(base: str, tool: str, body=None, *, content: bytes | None = None, **headers: str) -> httpx.Response:
     url = f"{base}/proxy/tools/{tool}/call"
     if content is not None:
-        return httpx.post(url, content=content, headers=headers, timeout=30)
+        return httpx.post(url, content=content, headers={"Content-Type": "application/json", **headers}, timeout=30)
     return httpx.post(url, json=body, headers=headers, timeout=30)
 
 
@@ -98,3 +99,51 @@ def test_upstream_tools_502_when_the_upstream_is_down_and_504_over_the_timeout(t
     stats = load_calls(tmp_path)
     assert stats["outcome"].tolist() == ["ok", "timeout", "upstream_unavailable"]
     assert stats["call_id"].tolist()[-1] == "after-stop"
+
+
+QUERY = b'{"query": "Voss"}'
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_415_for_a_body_without_a_json_content_type_and_no_call_is_made(served, tmp_path, content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    r = httpx.post(f"{served}/proxy/tools/query_knowledge_base_sparse/call", content=QUERY, headers=headers, timeout=30)
+    assert r.status_code == 415
+    assert "Content-Type: application/json" in r.json()["error"] and "\n" not in r.json()["error"]
+    assert load_calls(tmp_path).empty
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "reason"),
+    [({"Host": "evil.example:80"}, 421, "Invalid Host header"),
+     ({"Origin": "http://evil.example"}, 403, "Invalid Origin header")],
+)
+def test_a_foreign_host_or_origin_is_refused_like_on_mcp(served, tmp_path, headers, status, reason):
+    url = f"{served}/proxy/tools/query_knowledge_base_sparse/call"
+    r = httpx.post(url, json={"query": "Voss"}, headers=headers, timeout=30)
+    mcp = httpx.post(f"{served}/mcp", json={}, headers={"Accept": "application/json, text/event-stream", **headers},
+                     timeout=30)
+    assert r.status_code == status == mcp.status_code
+    assert r.json()["error"].startswith(reason) and r.json()["outcome"] == "forbidden"
+    assert load_calls(tmp_path).empty
+
+
+def test_a_local_origin_is_served(served):
+    r = proxy(served, "query_knowledge_base_sparse", {"query": "Voss"}, Origin=served)
+    assert r.status_code == 200
+
+
+def test_413_for_a_body_over_the_limit_by_its_length_or_by_its_bytes(served, tmp_path):
+    url = f"{served}/proxy/tools/query_knowledge_base_sparse/call"
+    padding = b" " * MAX_BODY_BYTES
+    declared = httpx.post(url, content=QUERY + padding, headers={"Content-Type": "application/json"}, timeout=30)
+
+    def chunks():  # no Content-Length: the limit must hold on the bytes read
+        yield QUERY
+        yield padding
+
+    streamed = httpx.post(url, content=chunks(), headers={"Content-Type": "application/json"}, timeout=30)
+    assert "content-length" not in streamed.request.headers
+    assert declared.status_code == 413 and streamed.status_code == 413
+    assert str(MAX_BODY_BYTES) in streamed.json()["error"]
+    assert load_calls(tmp_path).empty

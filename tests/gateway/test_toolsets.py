@@ -13,8 +13,8 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.server import build_gateway, plan_gateway
 from rollout.gateway.stats import StatsCollector
-from rollout.wire import META_CALL_ID, META_TASK_ID
-from rollout.gateway.toolsets import TOOLSET_TOOLS, ToolSet, ToolsetCatalog
+from rollout.gateway.toolsets import MAX_TASK_STATES, TOOLSET_TOOLS, TaskKey, ToolSet, ToolsetCatalog, task_key_of
+from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
 
@@ -45,8 +45,12 @@ def dynamic_file(tmp_path):
     return path
 
 
-def _meta(task: str, call: str | None = None) -> dict[str, str]:
-    return {META_TASK_ID: task, **({META_CALL_ID: call} if call else {})}
+T1 = TaskKey("run-a", "t1")
+
+
+def _meta(task: str, call: str | None = None, run: str | None = None, attempt: int | None = None) -> dict:
+    return {META_TASK_ID: task, **({META_CALL_ID: call} if call else {}), **({META_RUN_ID: run} if run else {}),
+            **({META_ATTEMPT: attempt} if attempt is not None else {})}
 
 
 def test_group_descriptions_are_registered_or_taken_from_docstrings():
@@ -129,10 +133,10 @@ def test_toolsets_group_needs_dynamic_toolsets(tmp_path):
 def test_catalog_takes_sets_of_proxied_tools():
     catalog = ToolsetCatalog([ToolSet("local_set", "Local tools.", ("a",))])
     catalog.add(ToolSet("remote", "Tools of another MCP server.", ("b", "c"), active=False, source="mcp"))
-    listing = catalog.describe("t1")
+    listing = catalog.describe(T1)
     assert [(s.name, s.source, s.active) for s in listing.toolsets] == [("local_set", "local", True),
                                                                         ("remote", "mcp", False)]
-    assert catalog.refusal("t1", "b") is not None and catalog.refusal("t1", "a") is None
+    assert catalog.refusal(T1, "b") is not None and catalog.refusal(T1, "a") is None
     with pytest.raises(ValueError, match="already exists"):
         catalog.add(ToolSet("remote", "again", ("d",)))
     with pytest.raises(ValueError, match="another set"):
@@ -201,3 +205,45 @@ async def test_unknown_or_reserved_set_names_come_back_as_errors(kb, dynamic_fil
     assert unknown.is_error and "rag_qurey" in unknown.content[0].text
     assert "rag_search, rag_query_sparse" in unknown.content[0].text
     assert reserved.is_error and "always active" in reserved.content[0].text
+
+
+async def test_two_runs_with_the_same_task_id_keep_separate_sets(kb, dynamic_file):
+    async with Client(build_gateway(load_gateway_file(dynamic_file), kb)) as client:
+        await client.call_tool("activate_toolset", {"name": "rag_query_sparse"}, meta=_meta("t1", run="run-a"))
+        other_run = await client.call_tool(SPARSE, {"query": "ORG-5521"}, meta=_meta("t1", run="run-b"))
+        await client.call_tool("deactivate_toolset", {"name": "rag_search"}, meta=_meta("t1", run="run-b"))
+        this_run = await client.call_tool("list_toolsets", {}, meta=_meta("t1", run="run-a"))
+        no_run = await client.call_tool("list_toolsets", {}, meta=_meta("t1"))
+    assert other_run.is_error
+    assert this_run.structured_content["active_toolsets"] == ["rag_search", "rag_query_sparse"]
+    assert no_run.structured_content["active_toolsets"] == ["rag_search"]
+
+
+async def test_a_new_attempt_starts_from_the_defaults_and_drops_the_old_state(kb, dynamic_file):
+    server = build_gateway(load_gateway_file(dynamic_file), kb)
+    async with Client(server) as client:
+        await client.call_tool("activate_toolset", {"name": "rag_query_sparse"}, meta=_meta("t1", run="r", attempt=1))
+        retry = await client.call_tool("list_toolsets", {}, meta=_meta("t1", run="r", attempt=2))
+        await client.call_tool("deactivate_toolset", {"name": "rag_search"}, meta=_meta("t1", run="r", attempt=2))
+        first = await client.call_tool("list_toolsets", {}, meta=_meta("t1", run="r", attempt=1))
+    assert retry.structured_content["active_toolsets"] == ["rag_search"]
+    assert first.structured_content["active_toolsets"] == ["rag_search"]  # attempt 1's state is gone: defaults
+
+
+def test_task_key_from_meta_defaults_missing_ids_to_none_and_attempt_to_one():
+    assert task_key_of({"_meta": {META_TASK_ID: 7, META_RUN_ID: "r", META_ATTEMPT: "2"}}) == TaskKey("r", "7", 2)
+    assert task_key_of({"_meta": {META_TASK_ID: "t"}}) == TaskKey(None, "t", 1)
+    assert task_key_of(None) == TaskKey(None, None, 1)
+
+
+def test_stored_states_are_bounded_dropping_the_least_recently_used():
+    assert MAX_TASK_STATES == 10_000
+    catalog = ToolsetCatalog([ToolSet("a", "A.", ("x",)), ToolSet("b", "B.", ("y",), active=False)], max_tasks=2)
+    keys = [TaskKey("r", f"t{i}") for i in range(3)]
+    catalog.activate(keys[0], "b")
+    catalog.activate(keys[1], "b")
+    assert catalog.active(keys[0]) == ["a", "b"]  # t0 used: t1 is now the least recently used
+    catalog.activate(keys[2], "b")
+    assert len(catalog) == 2
+    assert catalog.active(keys[1]) == ["a"]  # dropped: back to the defaults
+    assert catalog.active(keys[0]) == catalog.active(keys[2]) == ["a", "b"]

@@ -3,12 +3,17 @@
 import asyncio
 import contextlib
 import json
+import logging
 import subprocess
 import sys
 import time
+from typing import Annotated
 
 import pytest
+import uvicorn
 from mcp.client.client import Client
+from mcp.server.mcpserver import MCPServer
+from pydantic import WithJsonSchema
 
 from envs import HttpMCPRagEnv
 from rollout.errors import ConfigError, GatewayError
@@ -22,6 +27,7 @@ from tests.gateway.loopback import (
     SPARSE_MODULE,
     gateway_file,
     gateway_served,
+    serving,
     sparse_kb,
     upstream_on_loopback,
     upstream_server,
@@ -156,3 +162,30 @@ async def test_rag_env_offers_the_upstream_tool_set(upstream_url, tmp_path):
     assert result.ok and result.structured == {"result": 3}
     stats = load_calls(tmp_path)
     assert stats["tool_name"].tolist() == ["add"] and stats["worker_id"].tolist() == ["w1"]
+
+
+def broken_schema_upstream() -> MCPServer:
+    """An upstream whose `lookup` tool's input schema refers to a remote document, which is never fetched."""
+    server = MCPServer("odd-upstream", log_level="WARNING")
+
+    @server.tool()
+    def lookup(key: Annotated[dict, WithJsonSchema({"$ref": "https://schemas.example/key.json"})]) -> str:
+        """Look a key up."""
+        return json.dumps(key, sort_keys=True)
+
+    return server
+
+
+async def test_an_upstream_tool_whose_schema_cannot_be_converted_is_served_with_a_plain_object(tmp_path, caplog):
+    uv = uvicorn.Server(uvicorn.Config(broken_schema_upstream().streamable_http_app(), log_level="warning"))
+    with serving(uv) as base, caplog.at_level(logging.WARNING, logger="rollout.gateway.upstream"):
+        gw = gateway_file(SPARSE_MODULE, calc_module(f"{base}/mcp", name="odd"))
+        path = tmp_path / "gw.json"
+        path.write_text(gw.model_dump_json())
+        with gateway_served(gw, sparse_kb(), tmp_path) as gateway:
+            async with HttpMCPRagEnv(f"{gateway}/mcp", path, worker_id="w1") as env:
+                specs = {s["function"]["name"]: s["function"] for s in env.tool_specs}
+                result = await env.for_task("t1").call_tool("lookup", {"key": {"a": 1}})
+    assert specs["lookup"]["parameters"] == {"type": "object"}
+    assert result.ok and result.text == '{"a": 1}'
+    assert "'lookup'" in caplog.text and "https://schemas.example/key.json" in caplog.text

@@ -30,13 +30,18 @@ def _descending(row: np.ndarray) -> bool:
 def _assert_matches_reference(hits: Hits, passages: list[Passage], queries: list[str], k: int, **params) -> None:
     for row, query in enumerate(queries):
         expected = _reference_scores(passages, query, **params)
-        # The k best scores, in order ...
-        np.testing.assert_allclose(hits.scores[row], np.sort(expected)[::-1][:k], rtol=1e-6, atol=1e-6)
+        # Only passages scoring above 0 are returned; the rest of the row is padding ...
+        found = min(k, int(np.count_nonzero(expected > 0)))
+        assert hits.indices[row, found:].tolist() == [-1] * (k - found)
+        assert np.all(np.isneginf(hits.scores[row, found:]))
+        indices, scores = hits.indices[row, :found], hits.scores[row, :found]
+        # ... the k best scores, in order ...
+        np.testing.assert_allclose(scores, np.sort(expected)[::-1][:found], rtol=1e-6, atol=1e-6)
         # ... each returned passage really has the score reported beside it ...
-        np.testing.assert_allclose(expected[hits.indices[row]], hits.scores[row], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(expected[indices], scores, rtol=1e-6, atol=1e-6)
         # ... and among equal scores the lower row comes first.
-        order = np.lexsort((np.arange(len(expected)), -expected))[:k]
-        assert hits.indices[row].tolist() == order.tolist()
+        order = np.lexsort((np.arange(len(expected)), -expected))[:found]
+        assert indices.tolist() == order.tolist()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -114,9 +119,8 @@ def test_common_words_score_zero(backend: str) -> None:
     passages = [Passage(str(i), "River", text) for i, text in enumerate(["delta", "bank", "comet"])]
     passages.append(Passage("3", "Desert", "dune"))
     hits = BM25Retriever.build(passages, SparseParams(backend=backend)).search(["river", "river comet"], k=4)
-    assert hits.indices.tolist() == [[0, 1, 2, 3], [2, 0, 1, 3]]
-    assert np.all(hits.scores[0] == 0)
-    assert hits.scores[1, 0] > 0 and np.all(hits.scores[1, 1:] == 0)
+    assert hits.indices.tolist() == [[-1, -1, -1, -1], [2, -1, -1, -1]]  # a zero score is no match
+    assert hits.scores[1, 0] > 0 and np.all(np.isneginf(hits.scores[0])) and np.all(np.isneginf(hits.scores[1, 1:]))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -147,13 +151,10 @@ def test_k_larger_than_corpus_pads_with_minus_one(backend: str, facts: list[Pass
     retriever = BM25Retriever.build(facts, SparseParams(backend=backend))
     hits = retriever.search(["Ravel", "zzzz"], k=len(facts) + 2)
     assert hits.indices.shape == (2, len(facts) + 2)
-    for row in range(2):
-        assert sorted(hits.indices[row, : len(facts)].tolist()) == list(range(len(facts)))
-        assert hits.indices[row, len(facts) :].tolist() == [-1, -1]
-        assert np.all(np.isneginf(hits.scores[row, len(facts) :]))
-        assert _descending(hits.scores[row])
-    assert hits.indices[0, :2].tolist() == [0, 1]  # the two Ravel passages first, then zeros by row
-    assert hits.indices[0, 2:5].tolist() == [2, 3, 4]
+    assert hits.indices[0].tolist() == [0, 1] + [-1] * len(facts)  # the two Ravel passages, nothing after
+    assert hits.indices[1].tolist() == [-1] * (len(facts) + 2)
+    assert np.all(hits.scores[0, :2] > 0) and np.all(np.isneginf(hits.scores[0, 2:]))
+    assert all(_descending(row) for row in hits.scores)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -166,10 +167,17 @@ def test_ties_go_to_the_lower_row(backend: str, random_passages: MakePassages) -
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_query_without_known_tokens_returns_first_rows_at_zero(backend: str, facts: list[Passage]) -> None:
+def test_stopword_only_or_unknown_word_queries_return_no_passages(backend: str, facts: list[Passage]) -> None:
     hits = BM25Retriever.build(facts, SparseParams(backend=backend)).search(["the of and", "", "xylophone"], k=2)
-    assert hits.indices.tolist() == [[0, 1], [0, 1], [0, 1]]
-    assert np.all(hits.scores == 0)
+    assert hits.indices.tolist() == [[-1, -1], [-1, -1], [-1, -1]]
+    assert np.all(np.isneginf(hits.scores))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_query_matching_fewer_than_k_passages_returns_only_those(backend: str, facts: list[Passage]) -> None:
+    hits = BM25Retriever.build(facts, SparseParams(backend=backend)).search(["the deepest lake"], k=5)
+    assert [facts[i].title for i in hits.indices[0] if i >= 0] == ["Lake Baikal"]
+    assert hits.indices[0, 1:].tolist() == [-1] * 4
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -189,7 +197,7 @@ def test_stemming_matches_word_forms(backend: str) -> None:
     hits = stemmed.search(["borns", "founding", "eruption"], k=1)
     assert hits.indices[:, 0].tolist() == [0, 2, 1] and np.all(hits.scores > 0)
     plain = BM25Retriever.build(passages, SparseParams(backend=backend, stemming=False))
-    assert np.all(plain.search(["borns", "founding"], k=3).scores == 0)
+    assert np.all(plain.search(["borns", "founding"], k=3).indices == -1)  # no word form matches: no passage
 
 
 def test_stemming_without_pystemmer_names_the_install_line(

@@ -106,8 +106,7 @@ def test_paraphrase_ranks_the_right_passage_first(encoder: Encoder, facts: list[
     assert facts[hits.indices[1, 0]].title == "Penicillin"
     # The second query shares no word with its passage, which BM25 cannot score at all.
     sparse = BM25Retriever.build(facts, SparseParams()).search(["who discovered antibiotics"], k=len(facts))
-    sparse_scores = dict(zip(sparse.indices[0].tolist(), sparse.scores[0].tolist(), strict=True))
-    assert sparse_scores[int(hits.indices[1, 0])] == 0
+    assert int(hits.indices[1, 0]) not in sparse.indices[0].tolist()
 
 
 def test_k_larger_than_corpus_pads_with_minus_one(encoder: Encoder, facts: list[Passage]) -> None:

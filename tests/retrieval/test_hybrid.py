@@ -121,3 +121,13 @@ def test_real_retrievers_fuse_as_their_rankings_say(encoder: Encoder, facts: lis
         assert hits.indices[row].tolist() == best
     assert facts[hits.indices[0, 0]].title == "Device VX-1234"
     assert facts[hits.indices[1, 0]].title == "Penicillin"
+
+
+def test_a_query_bm25_cannot_match_is_ranked_by_the_dense_side_alone(encoder: Encoder, facts: list[Passage]) -> None:
+    dense, sparse = DenseRetriever.build(facts, encoder=encoder), BM25Retriever.build(facts, SparseParams())
+    hybrid = HybridRetriever(dense, sparse, rrf_k=60, candidates=len(facts))
+    queries = ["the of and", "xylophone"]
+    assert np.all(sparse.search(queries, 3).indices == -1)
+    hits = hybrid.search(queries, 3)
+    np.testing.assert_array_equal(hits.indices, dense.search(queries, 3).indices)
+    np.testing.assert_allclose(hits.scores, [[1 / 61, 1 / 62, 1 / 63]] * 2, rtol=1e-6)

@@ -1,4 +1,6 @@
+import json
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -209,12 +211,122 @@ def test_a_failed_write_leaves_no_cache_behind(
     assert [d.split("-")[0] for d in _dirs(tmp_path)] == ["dense"]
 
 
-def test_an_unreadable_entry_says_to_delete_it(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def _entry(cache_dir: Path, kind: str) -> Path:
+    (entry,) = (p for p in cache_dir.iterdir() if p.name.startswith(kind))
+    return entry
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _rebuilt_after(damage, tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, *,
+                   kind: str, params: RetrievalParams = RetrievalParams(), encoder=None) -> str:
+    """Build, damage the cache entry, load again: the index is rebuilt and searches as before. The warning."""
+    first = load_or_build_indexes(facts, tmp_path, which=[kind], params=params, encoder=encoder)[kind]
+    damaged = damage(_entry(tmp_path, kind))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rollout.retrieval.cache"):
+        again = load_or_build_indexes(facts, tmp_path, which=[kind], params=params, encoder=encoder)[kind]
+    np.testing.assert_array_equal(first.search(QUERIES, 3).indices, again.search(QUERIES, 3).indices)
+    assert [d for d in _dirs(tmp_path) if not d.startswith(kind)] == []  # no leftovers beside the new entry
+    assert str(_entry(tmp_path, kind)) in caplog.text and "rebuilding" in caplog.text
+    assert damaged is None or str(damaged.name) in caplog.text or "passages" in caplog.text
+    return caplog.text
+
+
+def test_a_corrupt_or_truncated_faiss_file_is_rebuilt_with_a_warning(
+    tmp_path: Path, encoder: Encoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
+) -> None:
+    def truncate(entry: Path) -> Path:
+        _truncate(entry / "index.faiss")
+        return entry / "index.faiss"
+
+    _rebuilt_after(truncate, tmp_path / "flat", facts, caplog, kind="dense", encoder=encoder)
+
+    def garbage(entry: Path) -> Path:
+        (entry / "index.faiss").write_bytes(b"garbage")
+        return entry / "index.faiss"
+
+    _rebuilt_after(garbage, tmp_path / "hnsw", facts, caplog, kind="dense", params=HNSW, encoder=encoder)
+
+
+def test_a_faiss_file_disagreeing_with_its_meta_is_named(
+    tmp_path: Path, encoder: Encoder, facts: list[Passage]
+) -> None:
     load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
-    (entry,) = tmp_path.iterdir()
-    (entry / "index.faiss").write_bytes(b"garbage")
-    with pytest.raises(RetrievalError, match=f"{entry}.*delete that directory"):
-        load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
+    entry = _entry(tmp_path, "dense")
+    DenseRetriever.from_vectors(np.eye(encoder.dimension, dtype=np.float32)[:3], encoder=encoder).save(tmp_path / "x")
+    (tmp_path / "x" / "index.faiss").replace(entry / "index.faiss")
+    with pytest.raises(RetrievalError, match=f"dense index at {entry} holds 3 .*meta.json says {len(facts)}"):
+        DenseRetriever.load(entry, encoder=encoder)
+
+
+@pytest.mark.parametrize("file", ["indices.csc.index.npy", "indptr.csc.index.npy", "data.csc.index.npy",
+                                  "vocab.index.json", "meta.json"])
+def test_a_truncated_bm25s_file_is_rebuilt_with_a_warning(
+    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, file: str
+) -> None:
+    def truncate(entry: Path) -> Path:
+        _truncate(entry / file)
+        return entry / file
+
+    _rebuilt_after(truncate, tmp_path, facts, caplog, kind="sparse")
+
+
+@pytest.mark.parametrize("file", ["token_ids.npy", "offsets.npy", "vocab.json"])
+def test_a_truncated_rank_bm25_file_is_rebuilt_with_a_warning(
+    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, file: str
+) -> None:
+    def truncate(entry: Path) -> Path:
+        _truncate(entry / file)
+        return entry / file
+
+    params = RetrievalParams(sparse=SparseParams(backend="rank_bm25"))
+    _rebuilt_after(truncate, tmp_path, facts, caplog, kind="sparse", params=params)
+
+
+def test_bm25s_passage_ids_out_of_range_are_named_and_rebuilt(
+    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture
+) -> None:
+    def out_of_range(entry: Path) -> None:
+        ids = np.load(entry / "indices.csc.index.npy")
+        ids[-1] = len(facts) + 5
+        np.save(entry / "indices.csc.index.npy", ids)
+        with pytest.raises(RetrievalError, match=f"bm25s index at {entry} is corrupt: passage ids outside"):
+            BM25Retriever.load(entry)
+
+    text = _rebuilt_after(out_of_range, tmp_path, facts, caplog, kind="sparse")
+    assert "passage ids outside" in text
+
+
+def test_bm25s_vocabulary_disagreeing_with_the_matrix_is_named(tmp_path: Path, facts: list[Passage]) -> None:
+    BM25Retriever.build(facts).save(tmp_path)
+    vocab = json.loads((tmp_path / "vocab.index.json").read_text())
+    vocab["zzz-extra"] = len(vocab)
+    (tmp_path / "vocab.index.json").write_text(json.dumps(vocab))
+    with pytest.raises(RetrievalError, match="corrupt: the vocabulary holds"):
+        BM25Retriever.load(tmp_path)
+
+
+def test_rank_bm25_token_ids_out_of_range_are_named(tmp_path: Path, facts: list[Passage]) -> None:
+    BM25Retriever.build(facts, SparseParams(backend="rank_bm25")).save(tmp_path)
+    ids = np.load(tmp_path / "token_ids.npy")
+    ids[0] = 10**6
+    np.save(tmp_path / "token_ids.npy", ids)
+    with pytest.raises(RetrievalError, match="token ids outside its vocab.json"):
+        BM25Retriever.load(tmp_path)
+
+
+def test_a_cached_index_of_another_corpus_size_is_rebuilt(
+    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture
+) -> None:
+    def other_corpus(entry: Path) -> None:
+        shutil.rmtree(entry)
+        BM25Retriever.build(facts[:-2]).save(entry)
+
+    text = _rebuilt_after(other_corpus, tmp_path, facts, caplog, kind="sparse")
+    assert f"holds {len(facts) - 2} passages, the corpus has {len(facts)}" in text
 
 
 @pytest.mark.parametrize(

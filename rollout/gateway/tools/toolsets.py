@@ -1,7 +1,7 @@
 """Tool-set management tools, served when a gateway file sets `"dynamic_toolsets": true`.
 
-The state they read and change is per task (`rollout/task_id` in the request `_meta`); see
-`rollout.gateway.toolsets`.
+The state they read and change is per run, task and attempt (`rollout/run_id`, `rollout/task_id`
+and `rollout/attempt` in the request `_meta`); see `rollout.gateway.toolsets`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolsetCatalog, ToolSetsResult, task_id_of
+from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolsetCatalog, ToolSetsResult, TaskKey, task_key_of
 
 SetName = Annotated[str, Field(description="Name of a tool set, as list_toolsets shows it")]
 
@@ -27,8 +27,8 @@ def _catalog(ctx: Context) -> ToolsetCatalog:
     return catalog
 
 
-def _task_id(ctx: Context) -> str | None:
-    return task_id_of(ctx.request_context.params)
+def _task(ctx: Context) -> TaskKey:
+    return task_key_of(ctx.request_context.params)
 
 
 @ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
@@ -37,7 +37,7 @@ async def list_toolsets(ctx: Context) -> ToolSetsResult:
 
     Only the tools of active sets can be called; activate a set to use its tools.
     """
-    return _catalog(ctx).describe(_task_id(ctx))
+    return _catalog(ctx).describe(_task(ctx))
 
 
 @ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
@@ -53,9 +53,9 @@ async def deactivate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
 
 
 def _switch(ctx: Context, name: str, *, active: bool) -> ToolSetsResult:
-    catalog, task_id = _catalog(ctx), _task_id(ctx)
+    catalog, task = _catalog(ctx), _task(ctx)
     try:
-        (catalog.activate if active else catalog.deactivate)(task_id, name)
+        (catalog.activate if active else catalog.deactivate)(task, name)
     except ValueError as e:
         raise ToolError(str(e)) from e
-    return catalog.describe(task_id, changed=name)
+    return catalog.describe(task, changed=name)
