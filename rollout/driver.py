@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from envs import HttpMCPRagEnv
+from envs.http_mcp_rag_env import keep_rag_modules
 from rollout.config import RunConfig
 from rollout.dataset import prepare_data
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
@@ -161,6 +162,7 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     t0 = time.perf_counter()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
+    keep_rag_modules(gateway_file, cfg.gateway_config_path)  # and a file that leaves the agent no tool
     agent = check_agent(cfg)
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     out = cfg.output_dir

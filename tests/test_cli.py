@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rollout.gateway.auth import TOKEN_ENV
 from rollout.paths import PROJECT_ROOT
 from rollout.report.compare import COMPARISON_MD
@@ -113,3 +115,16 @@ def test_a_folder_in_use_is_refused_with_one_line(tmp_path):
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert str(out) in line and f"pid {os.getpid()}" in line
     assert not (out / "trajectory.jsonl").exists()
+
+
+def test_a_gateway_file_that_leaves_the_agent_no_tool_stops_the_run_before_it_starts(tmp_path):
+    from rollout.config import compose_run_config
+    from rollout.driver import run
+    from rollout.errors import ConfigError
+
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"modules": [{"resource_type": "RAG", "tool_groups": ["rag_query_sparse"]}]}))
+    cfg = compose_run_config(f"gateway_config_path={typo}", f"output_dir={tmp_path / 'out'}")
+    with pytest.raises(ConfigError, match=r"module 1 has resource_type 'RAG' .*did you mean 'rag'\?"):
+        run(cfg)
+    assert not (tmp_path / "out" / "trajectory.jsonl").exists()

@@ -142,7 +142,7 @@ def load_gateway_file(path: str | Path) -> GatewayFile:
         listing = ", ".join(available_gateway_files(path)) or "(none found)"
         raise ConfigError(f"gateway file not found: {path}. Set gateway_config_path= to one of: {listing}")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is not an error
     except json.JSONDecodeError as e:
         raise ConfigError(f"gateway file {path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
     try:

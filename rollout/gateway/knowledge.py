@@ -170,14 +170,9 @@ class KnowledgeBase:
         # Deep enough that documents split into many passages still yield n distinct documents.
         depth = min(len(self.passages), max(100, 10 * n))
         hits = retriever.search([query], depth)
-        options = self._tokenizer_options()
-        terms = set(tokenize_batch([query], **options)[0])
-        best: dict[str, tuple[float, int]] = {}
+        best: dict[str, tuple[float, int]] = {}  # BM25 returns only passages that match (score above 0)
         for row, score in zip(hits.indices[0].tolist(), hits.scores[0].tolist(), strict=True):
             if row < 0 or self.passages[row].source_id in best:
-                continue
-            # BM25's IDF can be 0 for a word in half the corpus: a zero score may still be a match.
-            if score <= 0.0 and terms.isdisjoint(tokenize_batch([self.passages[row].contents], **options)[0]):
                 continue
             best[self.passages[row].source_id] = (score, row)
         ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))[:n]
