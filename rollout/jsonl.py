@@ -30,6 +30,25 @@ def iter_text_lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
                                      "line); save the file as UTF-8")
 
 
+def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """(line number, JSON object or None, what is wrong with the line or None) per non-blank line."""
+    for lineno, line, problem in iter_text_lines(path):
+        if line is None:
+            yield lineno, None, f"a line that is {problem}"
+            continue
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield lineno, None, f"not valid JSON ({e.msg}; half-written?)"
+            continue
+        if not isinstance(row, dict):
+            yield lineno, None, f"a JSON {type(row).__name__}, not an object"
+            continue
+        yield lineno, row, None
+
+
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """The JSON objects of a jsonl file, one at a time; nothing when the file is missing.
 
@@ -39,19 +58,9 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         return
-    for lineno, line, problem in iter_text_lines(path):
-        if line is None:
-            logger.warning("%s:%d: skipping a line that is %s", path, lineno, problem)
-            continue
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            logger.warning("%s:%d: skipping a line that is not valid JSON (%s; half-written?)", path, lineno, e.msg)
-            continue
-        if not isinstance(row, dict):
-            logger.warning("%s:%d: skipping a line that is not a JSON object", path, lineno)
+    for lineno, row, problem in iter_json_lines(path):
+        if row is None:
+            logger.warning("%s:%d: skipping a line: %s", path, lineno, problem)
             continue
         yield row
 

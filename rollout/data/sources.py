@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rollout.data.errors import DataError
-from rollout.jsonl import iter_text_lines
+from rollout.jsonl import iter_json_lines
 
 _BATCH = 1024
 _TABLE_SUFFIXES = (".parquet", ".pq")
@@ -100,24 +100,8 @@ def _starts_with_bracket(path: Path) -> bool:
 
 
 def _json_lines(path: Path) -> Iterator[Row]:
-    index = 0
-    for lineno, line, problem in iter_text_lines(path):
-        if line is None:
-            yield Row(index, lineno, None, problem)
-            index += 1
-            continue
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            yield Row(index, lineno, None, f"not valid JSON: {e}")
-        else:
-            if isinstance(obj, dict):
-                yield Row(index, lineno, obj)
-            else:
-                yield Row(index, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
-        index += 1
+    for index, (lineno, obj, problem) in enumerate(iter_json_lines(path)):
+        yield Row(index, lineno, obj, problem)
 
 
 def _open_json_array(path: Path, expected: str) -> RowSource:
