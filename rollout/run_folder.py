@@ -3,7 +3,8 @@
 ```
 RUN/
   config.yaml                      the run's resolved config
-  fingerprint.json                 the run's identity (see rollout.resume)
+  fingerprint.json                 the run's identity (rollout.identity; checked by rollout.resume)
+  .rollout.lock                    held by the driver writing here (rollout.run_lock)
   trajectory.jsonl                 one task per line, appended by the driver
   evaluation_summary.json          scores (rollout.scoring)
   tool_stats/realtime_calls.jsonl  one line per tools/call, appended by the gateway (the ledger)
