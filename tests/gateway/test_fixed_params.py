@@ -18,9 +18,10 @@ from rollout.retrieval import BM25Retriever
 from tests.gateway.loopback import gateway_served
 
 TOOL = "query_knowledge_base_sparse"
-# Eight passages share the query word, eight do not: any top_k up to 8 returns exactly top_k passages.
+# Eight passages share the query word, twelve do not (a word in half the corpus or more scores 0 in
+# BM25 and matches nothing): any top_k up to 8 returns exactly top_k passages.
 PASSAGES = [Passage(f"k{i}", f"Kelmor {i}", f"Kelmor district {i} grows barley.") for i in range(8)] + [
-    Passage(f"o{i}", f"Other {i}", f"Dravia harbour {i} ships salt.") for i in range(8)
+    Passage(f"o{i}", f"Other {i}", f"Dravia harbour {i} ships salt.") for i in range(12)
 ]
 
 
