@@ -36,10 +36,17 @@ from rollout.events import EventLog
 from rollout.gateway.auth import auth_headers, resolve_token
 from rollout.gateway.config import GatewayFile, load_gateway_file
 from rollout.gateway.sessions import describe, mcp_client, root_cause
-from rollout.wire import (
-    META_ATTEMPT, META_CALL_ID, META_GROUP, META_RUN_ID, META_TASK_ID, META_WORKER_ID, Outcome, classify_result,
-)
 from rollout.gateway.toolsets import TOOLSETS_GROUP
+from rollout.wire import (
+    META_ATTEMPT,
+    META_CALL_ID,
+    META_GROUP,
+    META_RUN_ID,
+    META_TASK_ID,
+    META_WORKER_ID,
+    Outcome,
+    classify_result,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ from rollout.gateway.auth import resolve_token
 from rollout.gateway.config import load_gateway_file
 from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import plan_gateway
+from rollout.identity import RunIdentity
 from rollout.progress import RunProgress
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
-from rollout.identity import RunIdentity
 from rollout.resume import finished_tasks, start_fresh
+from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.run_lock import hold_run_lock
 from rollout.scheduler import PlannedTask, Scheduler
-from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.scoring import print_summary, summarize
 from rollout.view_render import format_live_event
 

@@ -9,8 +9,8 @@ import pytest
 
 from rollout.errors import ConfigError
 from rollout.identity import RunIdentity, tool_hashes
-from rollout.run_folder import FINGERPRINT_FILE
 from rollout.resume import finished_tasks, read_identity, start_fresh
+from rollout.run_folder import FINGERPRINT_FILE
 
 
 def spec(name: str, description: str = "search") -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from rollout.scoring import print_summary, summarize, t_interval
 from rollout.records import TaskResult
+from rollout.scoring import print_summary, summarize, t_interval
 
 
 def task(qid: str, right: bool, *, status: str = "ok", repeat: int = 0, gold_docs=("d1",), found=("d1",)) -> TaskResult:

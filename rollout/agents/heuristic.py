@@ -37,7 +37,6 @@ from typing import Any
 
 from envs.records import ToolResult
 from rollout.agents.base import AgentResult, TaskTools, query_functions
-from rollout.events import EventLog, LLMOutputEvent
 from rollout.agents.heuristic_reading import (
     IDENTIFIER,
     Evidence,
@@ -47,6 +46,7 @@ from rollout.agents.heuristic_reading import (
     keywords,
     plan_question,
 )
+from rollout.events import EventLog, LLMOutputEvent
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from rollout.gateway.config import load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import bind_socket, build_gateway, plan_gateway, serve
 from rollout.gateway.stats import StatsCollector
-from rollout.report import write_tool_report
-from rollout.run_folder import STATS_DIR
 from rollout.paths import CONF_DIR, default_cache_dir
+from rollout.report import write_tool_report
 from rollout.retrieval.params import RetrievalParams
+from rollout.run_folder import STATS_DIR
 
 logger = logging.getLogger("rollout.gateway")
 

@@ -48,8 +48,16 @@ from rollout.gateway.config import GatewayFile, GatewayModule
 from rollout.gateway.sessions import HeldClient, describe
 from rollout.gateway.toolsets import ToolSet
 from rollout.wire import (
-    META_ATTEMPT, META_CALL_ID, META_GROUP, META_OUTCOME, META_RESOURCE_TYPE, META_RUN_ID, META_SOURCE, META_TASK_ID,
-    META_UPSTREAM, META_WORKER_ID,
+    META_ATTEMPT,
+    META_CALL_ID,
+    META_GROUP,
+    META_OUTCOME,
+    META_RESOURCE_TYPE,
+    META_RUN_ID,
+    META_SOURCE,
+    META_TASK_ID,
+    META_UPSTREAM,
+    META_WORKER_ID,
 )
 
 logger = logging.getLogger(__name__)

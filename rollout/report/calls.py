@@ -26,7 +26,7 @@ import yaml
 
 from rollout.jsonl import iter_jsonl, read_jsonl
 from rollout.report.errors import NotARunFolderError
-from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, STATS_DIR, TRAJECTORY_FILE, calls_path, read_json
+from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, TRAJECTORY_FILE, calls_path, read_json
 
 logger = logging.getLogger(__name__)
 

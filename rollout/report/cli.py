@@ -19,11 +19,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rollout.run_folder import STATS_DIR
-from rollout.report.compare import compare_runs, comparison_tables, common_parent, find_runs, pair_sentence, write_comparison
+from rollout.report.compare import (
+    common_parent,
+    compare_runs,
+    comparison_tables,
+    find_runs,
+    pair_sentence,
+    write_comparison,
+)
 from rollout.report.errors import NotARunFolderError, ReportError
 from rollout.report.tool_stats import write_tool_report
-
+from rollout.run_folder import STATS_DIR
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

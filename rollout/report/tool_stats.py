@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from rollout.report.calls import split_calls, run_mode
+from rollout.report.calls import run_mode, split_calls
 from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, write_report
 
 OUTCOMES = ("ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "cancelled", "protocol_error")

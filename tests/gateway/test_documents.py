@@ -10,9 +10,9 @@ from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, plan_gateway
 from rollout.gateway.stats import StatsCollector
-from rollout.wire import META_CALL_ID
 from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever
+from rollout.wire import META_CALL_ID
 
 SEARCH_RECALL = GATEWAYS_DIR / "rag_search_recall.json"
 FILLER = " ".join(f"filler{i}" for i in range(430))

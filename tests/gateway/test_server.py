@@ -8,9 +8,9 @@ from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
-from rollout.wire import META_CALL_ID, META_TASK_ID
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
+from rollout.wire import META_CALL_ID, META_TASK_ID
 
 PASSAGES = [
     Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),

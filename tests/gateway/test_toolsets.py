@@ -14,9 +14,9 @@ from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.server import build_gateway, plan_gateway
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway.toolsets import MAX_TASK_STATES, TOOLSET_TOOLS, TaskKey, ToolSet, ToolsetCatalog, task_key_of
-from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
+from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID
 
 PASSAGES = [
     Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),

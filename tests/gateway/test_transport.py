@@ -15,9 +15,9 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
-from rollout.wire import META_CALL_ID
 from rollout.report import load_calls
 from rollout.retrieval import Hits
+from rollout.wire import META_CALL_ID
 from tests.gateway.loopback import PASSAGES, SPARSE_MODULE, gateway_file, gateway_served, sparse_kb
 
 SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"

@@ -17,8 +17,8 @@ from rollout.report.compare import (
     COMPARISON_MD,
     COMPARISON_PNG,
     bootstrap_ci,
-    comparison_tables,
     compare_runs,
+    comparison_tables,
     find_runs,
     write_comparison,
 )

@@ -13,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolsetCatalog, ToolSetsResult, TaskKey, task_key_of
+from rollout.gateway.toolsets import TOOLSETS_GROUP, TaskKey, ToolsetCatalog, ToolSetsResult, task_key_of
 
 SetName = Annotated[str, Field(description="Name of a tool set, as list_toolsets shows it")]
 
