@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rollout.data.errors import DataError
 
@@ -40,6 +41,9 @@ class CorpusSpec:
     chunk_overlap: int = 32
     """Tokens shared by consecutive chunks of one document."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", _mapped(self.columns))
+
     def check(self) -> None:
         """Raise `DataError` naming the setting to fix when the spec cannot be loaded."""
         _check_source("corpus", self.path, self.hf_name, self.data_files)
@@ -70,6 +74,9 @@ class QuestionSpec:
     columns: Mapping[str, str] = field(default_factory=dict)
     """Our field -> the source's column: `id`, `question`, `golden_answers` (a list column or a
     single string column), `metadata`, `gold_doc_ids` (stored in the question's metadata)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", _mapped(self.columns))
 
     def check(self) -> None:
         """Raise `DataError` naming the setting to fix when the spec cannot be loaded."""
@@ -103,6 +110,11 @@ def _check_source(section: str, path: str | None, hf_name: str | None, data_file
     if path and data_files:
         raise DataError(f"{section}: data_files is read only with hf_name; set {key}.data_files=null "
                         f"or use {key}.hf_name=json (or parquet) with {key}.path=null")
+
+
+def _mapped(columns: Any) -> Any:
+    """The mapped fields of `columns`: the shipped configs list every field, null where it is not mapped."""
+    return {k: v for k, v in columns.items() if v is not None} if isinstance(columns, Mapping) else columns
 
 
 def _check_columns(section: str, columns: Mapping[str, str], known: tuple[str, ...]) -> None:

@@ -52,7 +52,7 @@ def test_flashrag_configs_need_only_the_two_paths(tmp_path: Path, name: str):
 
 def test_files_config_reads_flashrag_files_and_takes_the_documented_mapping(tmp_path: Path):
     cfg = _sections("files")
-    assert cfg["corpus"]["columns"] == {} and cfg["corpus"]["chunk_tokens"] is None
+    assert set(cfg["corpus"]["columns"].values()) == {None} and cfg["corpus"]["chunk_tokens"] is None
     docs = write_jsonl(tmp_path / "docs.jsonl", [{"doc_key": "a", "heading": "A", "body": " ".join(["w"] * 150)}])
     corpus = {**cfg["corpus"], "path": str(docs), "columns": {"id": "doc_key", "title": "heading", "text": "body"},
               "chunk_tokens": 100}
@@ -67,3 +67,13 @@ def test_hf_config_names_flashrag_nq_test():
     spec = QuestionSpec(**_sections("hf")["questions"])
     spec.check()
     assert (spec.hf_name, spec.hf_config, spec.split) == ("RUC-NLPIR/FlashRAG_datasets", "nq", "test")
+
+
+def test_the_documented_command_line_mapping_composes():
+    from rollout.config import compose_run_config
+
+    cfg = compose_run_config("dataset=files", "dataset.corpus.path=c.jsonl", "dataset.questions.path=q.jsonl",
+                             "dataset.corpus.columns={id: doc_key, text: body}",
+                             "dataset.questions.columns.golden_answers=answers")
+    assert dict(cfg.dataset.corpus.columns) == {"id": "doc_key", "text": "body"}
+    assert dict(cfg.dataset.questions.columns) == {"golden_answers": "answers"}
