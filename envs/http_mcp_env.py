@@ -46,6 +46,7 @@ from rollout.wire import (
     META_WORKER_ID,
     Outcome,
     classify_result,
+    result_text,
 )
 
 logger = logging.getLogger(__name__)
@@ -443,8 +444,8 @@ class HttpMCPEnv:
     def _from_result(
         self, call_id: str, name: str, arguments: dict[str, Any], started: float, t0: float, result: CallToolResult
     ) -> tuple[ToolResult, ToolCallRecord]:
-        ok, outcome, _, _ = classify_result(result)
-        text = "\n".join(getattr(c, "text", "") for c in result.content).strip()
+        ok, outcome, error, _ = classify_result(result)
+        text = error if error is not None else result_text(result)
         structured = result.structured_content if ok else None
         return self._finish(call_id, name, arguments, started, t0, ok, outcome, text, structured, True)
 

@@ -60,6 +60,7 @@ def summary_path(run_dir: Path | str) -> Path:
 
 
 def is_run_folder(path: Path | str) -> bool:
+    """A folder a run wrote its trajectory into."""
     return trajectory_path(path).is_file()
 
 
@@ -115,13 +116,5 @@ def write_summary(run_dir: Path | str, summary: dict[str, Any]) -> Path:
     return write_json(summary_path(run_dir), summary)
 
 
-def read_summary(run_dir: Path | str) -> dict[str, Any] | None:
-    return read_json(summary_path(run_dir))
-
-
 def write_report(run_dir: Path | str, report: dict[str, Any]) -> Path:
     return write_json(report_path(run_dir), report)
-
-
-def read_report(run_dir: Path | str) -> dict[str, Any] | None:
-    return read_json(report_path(run_dir))

@@ -26,7 +26,7 @@ import yaml
 
 from rollout.jsonl import iter_jsonl, read_jsonl
 from rollout.report.errors import NotARunFolderError
-from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, TRAJECTORY_FILE, calls_path, read_json
+from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, calls_path, is_run_folder, read_json, trajectory_path
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +187,9 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     # A call sent again after a broken stream reached the gateway twice under one id: keep its last answer.
     has_id = gateway["call_id"].notna()
     gateway = pd.concat([gateway[has_id].drop_duplicates("call_id", keep="last"), gateway[~has_id]]).sort_index()
-    has_trajectory = (run_dir / TRAJECTORY_FILE).is_file()
+    has_trajectory = is_run_folder(run_dir)
     # Only what the report joins on: a task's events and messages would make this grow with the run.
-    tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(run_dir / TRAJECTORY_FILE)]
+    tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(trajectory_path(run_dir))]
     client = _client_frame(tasks)
     discarded = gateway.iloc[:0]
     if has_trajectory:

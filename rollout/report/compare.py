@@ -33,7 +33,7 @@ import numpy as np
 
 from rollout.report.calls import run_labels, run_mode
 from rollout.report.errors import NotARunFolderError, ReportError
-from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
+from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
 from rollout.scoring import METRICS, score_task
 
 logger = logging.getLogger(__name__)
@@ -197,10 +197,6 @@ class _ScoredRun:
 
 # ---------------------------------------------------------------- finding and reading runs
 
-def _is_run(path: Path) -> bool:
-    return (path / TRAJECTORY_FILE).is_file()
-
-
 def find_runs(paths: Sequence[Path | str]) -> list[Path]:
     """Run folders named by `paths`: a folder with trajectory.jsonl is a run; any other folder
     stands for its subfolders that are runs (sorted by name), e.g. results/demo → its modes."""
@@ -210,10 +206,10 @@ def find_runs(paths: Sequence[Path | str]) -> list[Path]:
             raise NotARunFolderError(
                 f"{path}: no such folder; pass run folders such as results/<experiment>/<mode>, or their parent"
             )
-        if _is_run(path):
+        if is_run_folder(path):
             runs = [path]
         else:
-            runs = sorted((p for p in path.iterdir() if p.is_dir() and _is_run(p)), key=lambda p: p.name)
+            runs = sorted((p for p in path.iterdir() if p.is_dir() and is_run_folder(p)), key=lambda p: p.name)
         if not runs:
             raise NotARunFolderError(
                 f"{path}: no {TRAJECTORY_FILE} here or in its subfolders; run `python -m rollout mode=<mode>` "
@@ -244,7 +240,7 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     latencies: list[float] = []
     tokens: list[float] = []
     duplicates = repeats = 0
-    for task in iter_trajectory(run_dir / TRAJECTORY_FILE):
+    for task in iter_trajectory(run_dir):
         if task.key in seen:  # resume keeps one line per (id, repeat); a second one is stale, as there
             duplicates += 1
             continue

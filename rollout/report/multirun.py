@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rollout.report.compare import compare_runs, find_runs, pair_sentence, write_comparison
-from rollout.run_folder import TRAJECTORY_FILE
+from rollout.run_folder import TRAJECTORY_FILE, is_run_folder
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +46,10 @@ class CompareOnMultirunEnd(Callback):
 
     def _runs(self, sweep_dir: Path) -> list[Path]:
         if self._job_dirs:
-            return [d for d in self._job_dirs if (d / TRAJECTORY_FILE).is_file()]
+            return [d for d in self._job_dirs if is_run_folder(d)]
         if not sweep_dir.is_dir():
             return []
-        return [p for p in sorted(sweep_dir.iterdir()) if p.is_dir() and (p / TRAJECTORY_FILE).is_file()]
+        return [p for p in sorted(sweep_dir.iterdir()) if is_run_folder(p)]
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:

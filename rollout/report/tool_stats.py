@@ -28,10 +28,9 @@ from typing import Any
 import pandas as pd
 
 from rollout.report.calls import run_mode, split_calls
-from rollout.run_folder import STATS_DIR, TRAJECTORY_FILE, write_report
+from rollout.run_folder import STATS_DIR, is_run_folder, write_report
+from rollout.wire import OUTCOMES
 
-OUTCOMES = ("ok", "tool_error", "invalid_arguments", "unknown_tool", "timeout", "cancelled", "protocol_error")
-"""Outcome categories always counted (`outcome_<name>` columns); others seen get a column too."""
 HIT_KS = (1, 3, 5)
 HIT_COLUMNS = tuple(f"hit_at_{k}" for k in (*HIT_KS, "all"))
 RETRIEVAL_PREFIXES = ("query_knowledge_base", "search")
@@ -65,6 +64,7 @@ def _call_stats(g: pd.DataFrame, outcomes: list[str]) -> dict[str, Any]:
 
 
 def _outcome_names(df: pd.DataFrame) -> list[str]:
+    """Every outcome of the shared vocabulary gets an `outcome_<name>` column; others seen get one too."""
     return [*OUTCOMES, *sorted(set(df["outcome"].astype(str)) - set(OUTCOMES))]
 
 
@@ -156,7 +156,7 @@ def _summary(df: pd.DataFrame, rc: pd.DataFrame, run_dir: Path, mode: str, disca
     return {
         "run_dir": str(run_dir),
         "mode": mode,
-        "has_trajectory": (run_dir / TRAJECTORY_FILE).is_file(),
+        "has_trajectory": is_run_folder(run_dir),
         **{k: v for k, v in stats.items() if not k.startswith("outcome_")},
         "tools_used": sorted(df["tool_name"].unique().tolist()),
         "outcomes": {str(k): int(v) for k, v in df["outcome"].value_counts().sort_index().items()},
