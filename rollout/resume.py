@@ -1,8 +1,9 @@
 """Resuming a run in its output folder: which tasks are finished, and whether it is the same experiment.
 
 A run records its identity (`rollout.identity.RunIdentity`) in `fingerprint.json`: every setting
-that can change a result, and hashes of its gateway file, tool schemas and dataset. Rerunning into the same folder keeps the finished tasks (status ok) and runs the rest: tasks
-that ended in an error, a timeout or an infrastructure failure run again, since those are mostly
+that can change a result, and hashes of its gateway file, tool schemas and dataset. Rerunning
+into the same folder keeps the finished tasks (status ok) and runs the rest: tasks that ended in
+an error, a timeout or an infrastructure failure run again, since those are mostly
 transient (an endpoint down, a worker lost, a gateway restarting). Resuming with a different
 identity would mix two experiments in one trajectory, so it is refused with what differs.
 
@@ -23,7 +24,7 @@ from rollout.errors import ConfigError
 from rollout.identity import RunIdentity
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskKey, task_key
-from rollout.run_folder import CALLS_FILE, FINGERPRINT_FILE, STATS_DIR, TRAJECTORY_FILE
+from rollout.run_folder import FINGERPRINT_FILE, calls_path, trajectory_path, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def read_identity(out_dir: Path) -> RunIdentity | None:
 
 
 def write_identity(out_dir: Path, identity: RunIdentity) -> None:
-    (out_dir / FINGERPRINT_FILE).write_text(json.dumps(identity.to_json(), indent=2) + "\n", encoding="utf-8")
+    write_json(out_dir / FINGERPRINT_FILE, identity.to_json())
 
 
 def _rewrite_jsonl(path: Path, keep: Any) -> int:
@@ -63,17 +64,17 @@ def _rewrite_jsonl(path: Path, keep: Any) -> int:
 
 def start_fresh(out_dir: Path) -> None:
     """Forget an earlier run in this folder (resume=false)."""
-    for stale in (out_dir / TRAJECTORY_FILE, out_dir / STATS_DIR / CALLS_FILE, out_dir / FINGERPRINT_FILE):
+    for stale in (trajectory_path(out_dir), calls_path(out_dir), out_dir / FINGERPRINT_FILE):
         stale.unlink(missing_ok=True)
 
 
 def finished_tasks(out_dir: Path, identity: RunIdentity) -> set[TaskKey]:
     """Prepare `out_dir` to resume: check the identity, keep the finished tasks' records.
 
-    Returns the (question id, repeat) of tasks not to run again. Raises ConfigError when the folder holds tasks of a
-    run with a different identity.
+    Returns the (question id, repeat) of tasks not to run again. Raises ConfigError when the folder
+    holds tasks of a run with a different identity.
     """
-    trajectory = out_dir / TRAJECTORY_FILE
+    trajectory = trajectory_path(out_dir)
     has_tasks = trajectory.exists() and trajectory.stat().st_size > 0
     earlier = read_identity(out_dir) if has_tasks else None
     if earlier is not None and (diff := identity.differences(earlier)):
