@@ -15,6 +15,7 @@ from hydra.utils import instantiate
 from envs import HttpMCPRagEnv, TaskSession, ToolCallRecord
 from rollout.agents.base import Agent, AgentResult
 from rollout.data.records import Question
+from rollout.errors import GatewayError
 from rollout.events import CompletionEvent, ErrorEvent, Event, EventLog, LLMOutputEvent
 from rollout.records import TaskResult, TaskStatus, wire_task_id
 from rollout.wire import INFRA_OUTCOMES
@@ -92,6 +93,10 @@ class RolloutWorker:
         except Exception as e:  # one task's failure must not end the run
             if isinstance(e, TimeoutError) and deadline.expired():
                 status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
+            elif session is None and isinstance(e, GatewayError):
+                # No MCP session could be opened: the gateway is down, whatever the agent would have done.
+                logger.warning("task %s could not reach the gateway: %s", q.id, e)
+                status, error = "infra_error", f"{type(e).__name__}: {e}"
             else:
                 logger.warning("task %s failed: %s", q.id, e)
                 status, error = "error", f"{type(e).__name__}: {e}"

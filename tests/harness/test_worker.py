@@ -39,3 +39,20 @@ async def test_only_the_task_deadline_makes_a_timeout(
             await worker.close()
     assert (result["status"], result["events"][-1]["kind"]) == (status, status)
     assert result["error"].startswith(message)
+
+
+async def test_a_gateway_that_cannot_be_reached_makes_an_infra_error_not_an_error(tmp_path) -> None:
+    import socket
+
+    sock = socket.socket()  # bound, never listening: connections are refused at once
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    agent = {"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 0.0}
+    worker = RolloutWorker("w0", {"url": url, "gateway_config_path": str(GATEWAY)}, agent)
+    try:
+        result = await worker.run_task(QUESTION)
+    finally:
+        await worker.close()
+        sock.close()
+    assert (result["status"], result["events"][-1]["kind"]) == ("infra_error", "infra_error")
+    assert "could not open an MCP session" in result["error"]
