@@ -99,6 +99,7 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
         "gateway": {"default_top_k": cfg.gateway.default_top_k, "max_top_k": cfg.gateway.max_top_k},
         "repeats": cfg.repeats,
         "seed": cfg.seed,
+        "score_failed": cfg.score_failed,
     }
     if isinstance(llm, Mapping):
         tree["llm"] = llm

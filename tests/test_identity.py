@@ -19,6 +19,7 @@ AXES = [
     ((), "system_prompt=Answer in one word.", "system_prompt"),
     ((), "repeats=3", "repeats"),
     ((), "seed=7", "seed"),
+    ((), "score_failed=true", "score_failed"),
     (("agent=openai", "llm.model=model-a"), "llm.model=model-b", "llm.model"),
     (("agent=openai", "llm.model=model-a"), "llm.sampling.temperature=0.7", "llm.sampling.temperature"),
 ]
