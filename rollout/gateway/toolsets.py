@@ -7,7 +7,7 @@ from another MCP server). With `"dynamic_toolsets": true` the gateway also serve
 `ToolsetGate` refuses a call to a tool whose set is not active for the calling task.
 
 The state is kept per task attempt of a run, keyed by the request `_meta` `rollout/run_id`,
-`rollout/task_id` and `rollout/attempt` (`TaskKey`): one worker's MCP session carries many
+`rollout/task_id` and `rollout/attempt` (`ToolsetScope`): one worker's MCP session carries many
 concurrent tasks, and one gateway may serve several runs whose task ids overlap, so a wider state
 would let one task's activation leak into another's. A task starts from the gateway file's
 defaults; only tasks that changed their sets are stored. Calls that carry no task id share one
@@ -49,7 +49,7 @@ MAX_TASK_STATES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class TaskKey:
+class ToolsetScope:
     """Whose tool-set state a request reads and changes."""
 
     run_id: str | None
@@ -134,7 +134,7 @@ class ToolsetCatalog:
         self._sets: dict[str, ToolSet] = {}
         self._set_of_tool: dict[str, str] = {}
         self._max_tasks = max_tasks
-        self._task_active: OrderedDict[TaskKey, frozenset[str]] = OrderedDict()
+        self._task_active: OrderedDict[ToolsetScope, frozenset[str]] = OrderedDict()
         """Stored states, least recently used first."""
         self._latest_attempt: dict[tuple[str | None, str | None], int] = {}
         """The highest stored attempt of each (run, task), so a later attempt can drop it."""
@@ -165,24 +165,24 @@ class ToolsetCatalog:
         """How many task states are stored (tasks still on their defaults are not)."""
         return len(self._task_active)
 
-    def active(self, task: TaskKey) -> list[str]:
+    def active(self, task: ToolsetScope) -> list[str]:
         """Names of the sets active for a task, in catalog order."""
         state = self._task_active.get(task)
         if state is not None:
             self._task_active.move_to_end(task)
         return [s.name for s in self._sets.values() if (s.name in state if state is not None else s.active)]
 
-    def activate(self, task: TaskKey, name: str) -> list[str]:
+    def activate(self, task: ToolsetScope, name: str) -> list[str]:
         """Make a set's tools callable for a task; activating an active set changes nothing."""
         self._require(name)
         return self._store(task, {*self.active(task), name})
 
-    def deactivate(self, task: TaskKey, name: str) -> list[str]:
+    def deactivate(self, task: ToolsetScope, name: str) -> list[str]:
         """Stop a task from calling a set's tools; deactivating an inactive set changes nothing."""
         self._require(name)
         return self._store(task, set(self.active(task)) - {name})
 
-    def refusal(self, task: TaskKey, tool_name: str) -> str | None:
+    def refusal(self, task: ToolsetScope, tool_name: str) -> str | None:
         """Why a task may not call a tool now; None when it may."""
         name = self.set_of(tool_name)
         if name is None or name in self.active(task):
@@ -192,7 +192,7 @@ class ToolsetCatalog:
             f"Call activate_toolset with name={name!r} first (list_toolsets shows every set)."
         )
 
-    def describe(self, task: TaskKey, changed: str | None = None) -> ToolSetsResult:
+    def describe(self, task: ToolsetScope, changed: str | None = None) -> ToolSetsResult:
         """The sets and their state for a task, as the management tools return them."""
         active = self.active(task)
         infos = [
@@ -209,12 +209,12 @@ class ToolsetCatalog:
             known = ", ".join(self._sets) or "(none)"
             raise ValueError(f"unknown tool set {name!r}. Tool sets: {known}")
 
-    def _store(self, task: TaskKey, names: set[str]) -> list[str]:
+    def _store(self, task: ToolsetScope, names: set[str]) -> list[str]:
         run_task = (task.run_id, task.task_id)
         latest = self._latest_attempt.get(run_task)
         if latest is None or latest < task.attempt:
             if latest is not None:
-                self._task_active.pop(TaskKey(task.run_id, task.task_id, latest), None)
+                self._task_active.pop(ToolsetScope(task.run_id, task.task_id, latest), None)
             self._latest_attempt[run_task] = task.attempt
         self._task_active[task] = frozenset(names)
         self._task_active.move_to_end(task)
@@ -225,7 +225,7 @@ class ToolsetCatalog:
         return self.active(task)
 
 
-def task_key_of(params: Mapping[str, Any] | None) -> TaskKey:
+def toolset_scope_of(params: Mapping[str, Any] | None) -> ToolsetScope:
     """Whose tool-set state a request is about, from its `_meta` (missing ids are None, attempt 1)."""
     meta = (params or {}).get("_meta") or {}
     if not isinstance(meta, Mapping):
@@ -235,7 +235,7 @@ def task_key_of(params: Mapping[str, Any] | None) -> TaskKey:
         attempt = int(attempt) if attempt is not None and not isinstance(attempt, bool) else 1
     except (TypeError, ValueError):
         attempt = 1
-    return TaskKey(None if run_id is None else str(run_id), None if task_id is None else str(task_id), attempt)
+    return ToolsetScope(None if run_id is None else str(run_id), None if task_id is None else str(task_id), attempt)
 
 
 class ToolsetGate:
@@ -251,7 +251,7 @@ class ToolsetGate:
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         if ctx.method != "tools/call":
             return await call_next(ctx)
-        refusal = self.catalog.refusal(task_key_of(ctx.params), str((ctx.params or {}).get("name", "")))
+        refusal = self.catalog.refusal(toolset_scope_of(ctx.params), str((ctx.params or {}).get("name", "")))
         if refusal is None:
             return await call_next(ctx)
         return CallToolResult(content=[TextContent(type="text", text=refusal)], is_error=True)

@@ -13,7 +13,14 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.server import build_gateway, plan_gateway
 from rollout.gateway.stats import StatsCollector
-from rollout.gateway.toolsets import MAX_TASK_STATES, TOOLSET_TOOLS, TaskKey, ToolSet, ToolsetCatalog, task_key_of
+from rollout.gateway.toolsets import (
+    MAX_TASK_STATES,
+    TOOLSET_TOOLS,
+    ToolSet,
+    ToolsetCatalog,
+    ToolsetScope,
+    toolset_scope_of,
+)
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
 from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID
@@ -45,7 +52,7 @@ def dynamic_file(tmp_path):
     return path
 
 
-T1 = TaskKey("run-a", "t1")
+T1 = ToolsetScope("run-a", "t1")
 
 
 def _meta(task: str, call: str | None = None, run: str | None = None, attempt: int | None = None) -> dict:
@@ -230,16 +237,17 @@ async def test_a_new_attempt_starts_from_the_defaults_and_drops_the_old_state(kb
     assert first.structured_content["active_toolsets"] == ["rag_search"]  # attempt 1's state is gone: defaults
 
 
-def test_task_key_from_meta_defaults_missing_ids_to_none_and_attempt_to_one():
-    assert task_key_of({"_meta": {META_TASK_ID: 7, META_RUN_ID: "r", META_ATTEMPT: "2"}}) == TaskKey("r", "7", 2)
-    assert task_key_of({"_meta": {META_TASK_ID: "t"}}) == TaskKey(None, "t", 1)
-    assert task_key_of(None) == TaskKey(None, None, 1)
+def test_toolset_scope_from_meta_defaults_missing_ids_to_none_and_attempt_to_one():
+    meta = {META_TASK_ID: 7, META_RUN_ID: "r", META_ATTEMPT: "2"}
+    assert toolset_scope_of({"_meta": meta}) == ToolsetScope("r", "7", 2)
+    assert toolset_scope_of({"_meta": {META_TASK_ID: "t"}}) == ToolsetScope(None, "t", 1)
+    assert toolset_scope_of(None) == ToolsetScope(None, None, 1)
 
 
 def test_stored_states_are_bounded_dropping_the_least_recently_used():
     assert MAX_TASK_STATES == 10_000
     catalog = ToolsetCatalog([ToolSet("a", "A.", ("x",)), ToolSet("b", "B.", ("y",), active=False)], max_tasks=2)
-    keys = [TaskKey("r", f"t{i}") for i in range(3)]
+    keys = [ToolsetScope("r", f"t{i}") for i in range(3)]
     catalog.activate(keys[0], "b")
     catalog.activate(keys[1], "b")
     assert catalog.active(keys[0]) == ["a", "b"]  # t0 used: t1 is now the least recently used

@@ -13,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.toolsets import TOOLSETS_GROUP, TaskKey, ToolsetCatalog, ToolSetsResult, task_key_of
+from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolsetCatalog, ToolsetScope, ToolSetsResult, toolset_scope_of
 
 SetName = Annotated[str, Field(description="Name of a tool set, as list_toolsets shows it")]
 
@@ -27,8 +27,8 @@ def _catalog(ctx: Context) -> ToolsetCatalog:
     return catalog
 
 
-def _task(ctx: Context) -> TaskKey:
-    return task_key_of(ctx.request_context.params)
+def _task(ctx: Context) -> ToolsetScope:
+    return toolset_scope_of(ctx.request_context.params)
 
 
 @ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
