@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
-from rollout.records import TaskResult
+from rollout.records import TaskResult, TaskStatus
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +37,12 @@ ANSWER_METRICS = ("exact_match", "f1", "contains_answer")
 """Metrics of the final answer: 0 for a failed task that is scored."""
 METRICS = (*ANSWER_METRICS, "retrieval_recall")
 """Every metric of `evaluation_summary.json` and of a comparison, in display order."""
-FAILED_STATUSES = ("error", "timeout", "infra_error")
-"""Task statuses left out of the metrics unless `score_failed`."""
-STATUSES = ("ok", *FAILED_STATUSES)
+METRIC_NAMES = {"exact_match": "EM", "f1": "F1", "contains_answer": "contains", "retrieval_recall": "recall"}
+"""Short names of `METRICS` in tables and sentences."""
+STATUSES: tuple[str, ...] = get_args(TaskStatus)
 """Every task status, in the order `statuses` lists them."""
+FAILED_STATUSES = tuple(s for s in STATUSES if s != "ok")
+"""Task statuses left out of the metrics unless `score_failed`."""
 CI_LEVEL = 0.95
 """Level of the CI over repeats."""
 
@@ -177,8 +179,7 @@ def _repeats_line(summary: dict[str, Any]) -> str | None:
     if summary.get("repeats", 1) <= 1 or "ci95" not in summary:
         return None
     parts = [f"{summary['repeats']} repeats"]
-    names = {"exact_match": "EM", "f1": "F1", "contains_answer": "contains", "retrieval_recall": "recall"}
-    for m, name in names.items():
+    for m, name in METRIC_NAMES.items():
         if (ci := summary["ci95"].get(m)) is not None:
             parts.append(f"{name} {100 * CI_LEVEL:.0f}% CI [{ci[0]:.3f}, {ci[1]:.3f}]")
     parts += [f"pass@{k} {_fmt(v)}" for k, v in summary.get("pass_at_k", {}).items()]

@@ -34,7 +34,7 @@ import numpy as np
 from rollout.report.calls import run_labels, run_mode
 from rollout.report.errors import NotARunFolderError, ReportError
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
-from rollout.scoring import METRICS, score_task
+from rollout.scoring import METRIC_NAMES, METRICS, score_task
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,6 @@ _RESAMPLE_CELLS = 4_000_000
 """Indices drawn per bootstrap batch: bounds memory (~32 MB) whatever the number of tasks."""
 RIGHT_ABOVE = 0.5
 """A question is right (for flips) when its EM averaged over its repeats is above this."""
-METRIC_NAMES = {"exact_match": "EM", "f1": "F1", "contains_answer": "contains", "retrieval_recall": "recall"}
-"""Short names of `rollout.scoring.METRICS` in tables and sentences."""
 
 
 @dataclass(frozen=True, slots=True)
