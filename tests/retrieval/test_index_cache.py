@@ -262,27 +262,19 @@ def test_a_faiss_file_disagreeing_with_its_meta_is_named(
         DenseRetriever.load(entry, encoder=encoder)
 
 
-@pytest.mark.parametrize("file", ["indices.csc.index.npy", "indptr.csc.index.npy", "data.csc.index.npy",
-                                  "vocab.index.json", "meta.json"])
-def test_a_truncated_bm25s_file_is_rebuilt_with_a_warning(
-    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, file: str
+@pytest.mark.parametrize(("backend", "file"), [
+    *(("bm25s", f) for f in ("indices.csc.index.npy", "indptr.csc.index.npy", "data.csc.index.npy",
+                             "vocab.index.json", "meta.json")),
+    *(("rank_bm25", f) for f in ("token_ids.npy", "offsets.npy", "vocab.json")),
+])
+def test_a_truncated_bm25_file_is_rebuilt_with_a_warning(
+    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, backend: str, file: str
 ) -> None:
     def truncate(entry: Path) -> Path:
         _truncate(entry / file)
         return entry / file
 
-    _rebuilt_after(truncate, tmp_path, facts, caplog, kind="sparse")
-
-
-@pytest.mark.parametrize("file", ["token_ids.npy", "offsets.npy", "vocab.json"])
-def test_a_truncated_rank_bm25_file_is_rebuilt_with_a_warning(
-    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, file: str
-) -> None:
-    def truncate(entry: Path) -> Path:
-        _truncate(entry / file)
-        return entry / file
-
-    params = RetrievalParams(sparse=SparseParams(backend="rank_bm25"))
+    params = RetrievalParams(sparse=SparseParams(backend=backend))
     _rebuilt_after(truncate, tmp_path, facts, caplog, kind="sparse", params=params)
 
 
