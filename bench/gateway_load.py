@@ -87,9 +87,9 @@ def bare_server(kind: str, corpus: list[Any]) -> Any:
 
 
 def gateway_server(kind: str, corpus: list[Any], stats_dir: Path) -> Any:
-    from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
     from rollout.gateway.server import build_gateway
     from rollout.gateway.stats import StatsCollector
+    from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
     from rollout.retrieval import BM25Retriever
 
     retriever = BM25Retriever.build(corpus) if kind == "gw-bm25" else ConstantRetriever()

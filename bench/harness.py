@@ -34,13 +34,12 @@ from pathlib import Path
 
 import ray
 
-from rollout.config import RunConfig, compose_run_config
-from rollout.data.records import Question
-from rollout.dataset import prepare_data
-from rollout.driver import env_kwargs_for, gateway_for_run
 from rollout.paths import PROJECT_ROOT, default_cache_dir
-from rollout.records import TaskResult
-from rollout.scheduler import PlannedTask, Scheduler
+from rollout.records import Question, TaskResult
+from rollout.run.config import RunConfig, compose_run_config
+from rollout.run.dataset import prepare_data
+from rollout.run.driver import env_kwargs_for, gateway_for_run
+from rollout.run.scheduler import PlannedTask, Scheduler
 
 PEAK_FILE_ENV = "ROLLOUT_BENCH_PEAK_FILE"
 
@@ -143,7 +142,7 @@ def _as_driver(overrides: list[str]) -> None:
         Path(os.environ[PEAK_FILE_ENV]).write_text(kib)
 
     atexit.register(record_peak)
-    from rollout.app import main
+    from rollout.run.app import main
 
     sys.argv = ["rollout", *overrides]
     main()

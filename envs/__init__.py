@@ -2,9 +2,10 @@
 
 from envs.http_mcp_env import HttpMCPEnv
 from envs.http_mcp_rag_env import HttpMCPRagEnv
-from envs.records import ToolCallRecord, ToolResult
+from envs.schema import input_schema_to_parameters, mcp_tool_to_function
 from envs.task_session import TaskSession
-from envs.schema import SchemaError, input_schema_to_parameters, mcp_tool_to_function
+from rollout.errors import SchemaError
+from rollout.records import ToolCallRecord, ToolResult
 
 __all__ = [
     "HttpMCPEnv",

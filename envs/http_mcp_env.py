@@ -28,15 +28,13 @@ from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT, CallToolResult, Tool
 
-from envs.records import ToolCallRecord, ToolResult
+from envs.mcp_session import describe, mcp_client, root_cause
 from envs.schema import mcp_tool_to_function
 from envs.task_session import TaskSession
 from rollout.errors import GatewayError
 from rollout.events import EventLog
-from rollout.gateway.auth import auth_headers, resolve_token
-from rollout.gateway.config import GatewayFile, load_gateway_file
-from rollout.gateway.sessions import describe, mcp_client, root_cause
-from rollout.gateway.toolsets import TOOLSETS_GROUP
+from rollout.gateway_file import GatewayFile, load_gateway_file
+from rollout.records import ToolCallRecord, ToolResult
 from rollout.wire import (
     META_ATTEMPT,
     META_CALL_ID,
@@ -44,8 +42,11 @@ from rollout.wire import (
     META_RUN_ID,
     META_TASK_ID,
     META_WORKER_ID,
+    TOOLSETS_GROUP,
     Outcome,
+    auth_headers,
     classify_result,
+    resolve_token,
     result_text,
 )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from envs.http_mcp_env import HttpMCPEnv
 from rollout.errors import ConfigError
-from rollout.gateway.config import GatewayFile
+from rollout.gateway_file import GatewayFile
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,8 @@ from urllib.parse import unquote
 
 from mcp_types import Tool
 
+from rollout.errors import SchemaError
+
 __all__ = [
     "FALLBACK_PARAMETERS",
     "Lookup",
@@ -58,10 +60,6 @@ _SUBSCHEMA_MAP_KEYS = frozenset({"properties", "patternProperties", "dependentSc
 _DROPPED_KEYS = frozenset({"title", "$defs", "definitions", "$schema"})
 # Where definitions usually live, so an unknown reference can list the real ones.
 _DEFINITION_TABLES = (("$defs",), ("definitions",), ("components", "schemas"))
-
-
-class SchemaError(ValueError):
-    """A tool schema cannot be converted (e.g. a reference that points nowhere)."""
 
 
 def _available(root: Mapping[str, Any]) -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from envs.records import ToolCallRecord, ToolResult
 from rollout.events import EventLog, ToolCallEvent, ToolResultEvent
-from rollout.gateway.toolsets import TOOLSETS_GROUP
+from rollout.records import ToolCallRecord, ToolResult
+from rollout.wire import TOOLSETS_GROUP
 
 if TYPE_CHECKING:
     from envs.http_mcp_env import HttpMCPEnv

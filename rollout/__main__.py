@@ -1,5 +1,5 @@
 """`python -m rollout mode=hybrid` — see conf/config.yaml for every option."""
 
-from rollout.app import main
+from rollout.run.app import main
 
 main()

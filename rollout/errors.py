@@ -1,6 +1,8 @@
-"""Errors a user can act on. Each message names the problem and the fix."""
+"""Every error the project raises for a user to act on, in one place. Each message names the problem and the fix."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 class RolloutError(Exception):
@@ -21,3 +23,43 @@ class LLMError(RolloutError):
 
 class RunInterrupted(RolloutError):
     """The user stopped the run (Ctrl-C); what finished is saved and the run can be resumed."""
+
+
+class DataError(RolloutError):
+    """A corpus or question file cannot be used; the message names the file and the expected format."""
+
+
+class RetrievalError(RolloutError):
+    """Base class for failures while building, loading or querying an index."""
+
+
+class ReportError(RolloutError):
+    """A report could not be built from the folder given."""
+
+
+class NotARunFolderError(ReportError):
+    """The path is not a run folder (missing, or without `tool_stats/`)."""
+
+
+class RunFolderBusy(RolloutError):
+    """Another driver is writing into this run folder."""
+
+
+class ViewError(RolloutError):
+    """The path or a line of the trajectory cannot be shown: one line for the user, exit code 2."""
+
+
+class UnknownToolGroupError(ConfigError):
+    """A gateway file names a tool group that no tool registers."""
+
+    def __init__(self, group: str, known: Iterable[str]):
+        known_list = ", ".join(sorted(known)) or "(none)"
+        super().__init__(
+            f"unknown tool group {group!r}: no tool registers it. Registered groups: {known_list}. "
+            "Fix the gateway file's tool_groups."
+        )
+        self.group = group
+
+
+class SchemaError(ValueError):
+    """A tool schema cannot be converted for function calling (e.g. a reference that points nowhere)."""

@@ -73,7 +73,7 @@ class ToolResultEvent(Event):
     name: str
     ok: bool
     outcome: str
-    """`envs.records.Outcome`: ok, tool_error, invalid_arguments, unknown_tool, timeout, transport_error."""
+    """`rollout.records.Outcome`: ok, tool_error, invalid_arguments, unknown_tool, timeout, transport_error."""
     text: str
     """The result text the agent saw (the error message when not ok)."""
     latency_ms: float

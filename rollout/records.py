@@ -1,9 +1,15 @@
-"""Typed record of one finished task: one line of trajectory.jsonl."""
+"""Typed records that cross the project's boundaries: corpus and questions in, tool calls and finished tasks out.
+
+Passages and questions are read from files (FlashRAG conventions); a tool call is what the client
+saw; a `TaskResult` is one line of trajectory.jsonl. Ray carries these dataclasses between the driver
+and the workers; they become JSON only at file edges (`to_json` / `from_json`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from rollout.wire import Outcome
 
 TaskStatus = Literal["ok", "error", "timeout", "infra_error"]
 """ok: the agent answered with the tools working. error: the task failed (see `error`). timeout: it hit
@@ -26,9 +32,109 @@ def wire_task_id(question_id: str, repeat: int) -> str:
     return question_id if repeat == 0 else f"{question_id}#{repeat}"
 
 
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One retrievable unit of the corpus."""
+
+    id: str
+    """Stable passage id, as in the corpus file."""
+    title: str
+    """First line of FlashRAG's `contents`."""
+    text: str
+    """The rest of `contents`."""
+    doc_id: str | None = None
+    """Source document of a chunk; None when the passage is the whole document."""
+
+    @property
+    def source_id(self) -> str:
+        """The document this passage comes from: `doc_id` for a chunk, else the passage's own id."""
+        return self.doc_id if self.doc_id is not None else self.id
+
+    @property
+    def contents(self) -> str:
+        """FlashRAG's `contents` field: title, newline, text."""
+        return f"{self.title}\n{self.text}"
+
+    def to_json(self) -> dict[str, Any]:
+        """A FlashRAG corpus line; `doc_id` only when set."""
+        record: dict[str, Any] = {"id": self.id, "contents": self.contents}
+        if self.doc_id is not None:
+            record["doc_id"] = self.doc_id
+        return record
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One task of the question set."""
+
+    id: str
+    """Task id, unique within the set."""
+    question: str
+    """What the agent is asked."""
+    golden_answers: list[str]
+    """Accepted answers; scoring never shows these to the agent."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form extras; `gold_doc_ids`, `hops` and `style` are read when present."""
+
+    @property
+    def gold_doc_ids(self) -> list[str]:
+        return [str(d) for d in self.metadata.get("gold_doc_ids", [])]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "metadata": dict(self.metadata),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What an agent sees after calling a tool."""
+
+    ok: bool
+    """False when the tool reported an error (the agent may retry or go on)."""
+    text: str
+    """The tool's text content, joined; the error message when not ok."""
+    structured: dict[str, Any] | None = None
+    """The tool's structured content, when it returns one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One tools/call as the client saw it; stored in trajectory.jsonl."""
+
+    call_id: str
+    """Id sent in the request `_meta`; the gateway's stats record carries the same id."""
+    name: str
+    """Tool name."""
+    arguments: dict[str, Any]
+    """Arguments as the agent gave them."""
+    ok: bool
+    """True when the tool answered without error."""
+    outcome: Outcome
+    """Category of the result (`rollout.wire.Outcome`), the same word the gateway's ledger records."""
+    error: str | None
+    """Error text when not ok."""
+    started: float
+    """Unix time the request was sent."""
+    latency_ms: float
+    """Round-trip time seen by the client."""
+    result_ids: list[str]
+    """Passage ids a retrieval tool returned, best first (empty otherwise)."""
+    result_doc_ids: list[str]
+    """Their source document ids (equal to the passage ids unless documents were chunked)."""
+    reached_gateway: bool
+    """False when the environment refused the call locally (tool not offered in this mode)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(slots=True)
 class TaskResult:
-    """What happened on one task, scored later by `rollout.scoring`."""
+    """What happened on one task, scored later by `rollout.report.scoring`."""
 
     id: str
     """Task id from the question file."""

@@ -3,10 +3,10 @@
 ```
 RUN/
   config.yaml                      the run's resolved config
-  fingerprint.json                 the run's identity (rollout.identity; checked by rollout.resume)
-  .rollout.lock                    held by the driver writing here (rollout.run_lock)
+  fingerprint.json                 the run's identity (rollout.run.identity; checked by rollout.run.resume)
+  .rollout.lock                    held by the driver writing here (rollout.run.lock)
   trajectory.jsonl                 one task per line, appended by the driver
-  evaluation_summary.json          scores (rollout.scoring)
+  evaluation_summary.json          scores (rollout.report.scoring)
   tool_stats/realtime_calls.jsonl  one line per tools/call, appended by the gateway (the ledger)
   tool_stats/report.json           the tool report (rollout.report.tool_stats), plus one CSV per table
 ```

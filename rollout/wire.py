@@ -1,4 +1,5 @@
-"""The vocabulary the gateway and its clients share: `_meta` keys, call outcomes, result classification.
+"""The vocabulary the gateway and its clients share: `_meta` keys, call outcomes, result classification,
+the tool-set management group's name and the bearer token.
 
 The gateway's stats middleware, the HTTP proxy, the upstream proxy, the environments (`envs/`),
 the tool report and resume all import these names from here, so a call's outcome means the same
@@ -8,6 +9,7 @@ Ray workers and the env side read it without pulling in the server.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, get_args
 
 # --- request `_meta` keys (client → gateway) ---------------------------------------------------
@@ -95,3 +97,23 @@ def classify_result(result: Any) -> tuple[bool, Outcome, str | None, list[str]]:
     else:
         outcome = "tool_error"
     return False, outcome, text, []
+
+TOOLSETS_GROUP = "toolsets"
+"""The group of the three management tools; always exposed (and never a set) when dynamic."""
+
+
+# --- authentication: a gateway started with a token wants it on every request ---------------------
+
+TOKEN_ENV = "ROLLOUT_GATEWAY_TOKEN"
+
+
+def resolve_token(explicit: str | None = None) -> str | None:
+    """The token to use: `explicit` when given, else `$ROLLOUT_GATEWAY_TOKEN`; empty means none."""
+    token = explicit if explicit is not None else os.environ.get(TOKEN_ENV)
+    return token or None
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """Request headers that carry `token` (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from rollout.gateway.config import load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import load_gateway_file
 from tests.gateway.loopback import serving
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout.gateway.auth import TOKEN_ENV
 from rollout.paths import PROJECT_ROOT
-from rollout.report.compare import COMPARISON_MD
-from rollout.run_lock import hold_run_lock
+from rollout.report.compare_render import COMPARISON_MD
+from rollout.run.lock import hold_run_lock
+from rollout.wire import TOKEN_ENV
 
 
 def rollout(*args: str, cwd: Path = PROJECT_ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -118,9 +118,9 @@ def test_a_folder_in_use_is_refused_with_one_line(tmp_path):
 
 
 def test_a_gateway_file_that_leaves_the_agent_no_tool_stops_the_run_before_it_starts(tmp_path):
-    from rollout.config import compose_run_config
-    from rollout.driver import run
     from rollout.errors import ConfigError
+    from rollout.run.config import compose_run_config
+    from rollout.run.driver import run
 
     typo = tmp_path / "typo.json"
     typo.write_text(json.dumps({"modules": [{"resource_type": "RAG", "tool_groups": ["rag_query_sparse"]}]}))

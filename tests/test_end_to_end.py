@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from mcp.client.client import Client
 
-from rollout.config import compose_run_config
-from rollout.driver import run
-from rollout.gateway.config import GATEWAYS_DIR
-from rollout.gateway.process import GatewayProcess
+from rollout.gateway_file import GATEWAYS_DIR
+from rollout.run.config import compose_run_config
+from rollout.run.driver import run
+from rollout.run.gateway_process import GatewayProcess
 
 SMALL_KB = ["dataset.n_passages=400", "dataset.n_questions=40", "workers=2", "concurrency_per_worker=4"]
 DENSE, SPARSE = "query_knowledge_base_dense", "query_knowledge_base_sparse"

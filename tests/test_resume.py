@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rollout.errors import ConfigError
-from rollout.identity import RunIdentity, tool_hashes
-from rollout.resume import finished_tasks, read_identity, start_fresh
+from rollout.run.identity import RunIdentity, tool_hashes
+from rollout.run.resume import finished_tasks, read_identity, start_fresh
 from rollout.run_folder import FINGERPRINT_FILE
 
 

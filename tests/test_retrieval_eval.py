@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rollout.data import Passage, Question
 from rollout.paths import CONF_DIR
+from rollout.records import Passage, Question
 from rollout.retrieval import Hits
-from rollout.retrieval_eval import run_eval, score_hits
+from rollout.retrieval.evaluate import run_eval, score_hits
 
 PASSAGES = [Passage(f"p{i}", f"T{i}", text) for i, text in enumerate(["alpha", "beta Kelmor", "gamma", "delta"])]
 

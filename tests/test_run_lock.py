@@ -8,12 +8,13 @@ import textwrap
 
 import pytest
 
+from rollout.errors import RunFolderBusy
+from rollout.run.lock import hold_run_lock
 from rollout.run_folder import LOCK_FILE
-from rollout.run_lock import RunFolderBusy, hold_run_lock
 
 HOLDER = textwrap.dedent("""
     import sys
-    from rollout.run_lock import hold_run_lock
+    from rollout.run.lock import hold_run_lock
     with hold_run_lock(sys.argv[1]):
         print("locked", flush=True)
         sys.stdin.readline()  # hold the lock until the test closes our stdin

@@ -1,4 +1,4 @@
-"""`rollout.scoring.summarize`: failed tasks counted apart, the inclusion switch, repeats, pass@k."""
+"""`rollout.report.scoring.summarize`: failed tasks counted apart, the inclusion switch, repeats, pass@k."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 
 from rollout.records import TaskResult
-from rollout.scoring import print_summary, summarize, t_interval
+from rollout.report.scoring import print_summary, summarize, t_interval
 
 
 def task(qid: str, right: bool, *, status: str = "ok", repeat: int = 0, gold_docs=("d1",), found=("d1",)) -> TaskResult:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout.progress import RunProgress
+from rollout.view.progress import RunProgress
 from tests.test_scoring import task
 
 

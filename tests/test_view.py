@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from rollout import view
+from rollout.view import cli as view
 from rollout.events import (
     CompletionEvent,
     ErrorEvent,
@@ -20,7 +20,7 @@ from rollout.events import (
     ToolResultEvent,
 )
 from rollout.records import TaskResult
-from rollout.view_render import format_live_event
+from rollout.view.render import format_live_event
 
 T0 = 1_700_000_000.0
 DENSE = "query_knowledge_base_dense"

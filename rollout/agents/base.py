@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envs.records import ToolResult
 from rollout.events import EventLog
+from rollout.records import ToolResult
 
 
 class TaskTools(Protocol):

@@ -35,7 +35,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from envs.records import ToolResult
 from rollout.agents.base import AgentResult, TaskTools, query_functions
 from rollout.agents.heuristic_reading import (
     IDENTIFIER,
@@ -47,6 +46,7 @@ from rollout.agents.heuristic_reading import (
     plan_question,
 )
 from rollout.events import EventLog, LLMOutputEvent
+from rollout.records import ToolResult
 
 logger = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from envs.records import ToolResult
 from rollout.agents.base import AgentResult, TaskTools
 from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, ToolCallRequest
 from rollout.errors import ConfigError, LLMError
 from rollout.events import EventLog, LLMOutputEvent, LLMThinkingEvent
+from rollout.records import ToolResult
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import json
 import logging
 from typing import Any
 
-from envs.records import ToolResult
 from rollout.agents.base import AgentResult, TaskTools, query_functions
 from rollout.errors import ConfigError
 from rollout.events import EventLog, LLMOutputEvent
+from rollout.records import ToolResult
 
 logger = logging.getLogger(__name__)
 

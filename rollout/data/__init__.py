@@ -3,11 +3,11 @@ chunking, and the generated demo knowledge base."""
 
 from rollout.data.chunking import chunk_passages
 from rollout.data.demo_kb import DemoKB, ensure_demo_kb, generate_demo_kb
-from rollout.data.errors import DataError
 from rollout.data.loaders import load_corpus, load_corpus_spec, load_question_spec, load_questions
 from rollout.data.materialize import materialize_corpus
-from rollout.data.records import Passage, Question
 from rollout.data.specs import CorpusSpec, QuestionSpec
+from rollout.errors import DataError
+from rollout.records import Passage, Question
 
 __all__ = [
     "CorpusSpec",

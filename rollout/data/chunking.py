@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from rollout.data.records import Passage
 from rollout.data.specs import check_chunking
+from rollout.records import Passage
 
 _SPACE = re.compile(r"(\s+)")
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.data.demo_world import Draft, World, article, build_world, fact_drafts, filler_drafts
-from rollout.data.records import Passage, Question
+from rollout.records import Passage, Question
 
 logger = logging.getLogger(__name__)
 

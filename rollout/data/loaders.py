@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rollout.data.chunking import iter_chunks
-from rollout.data.errors import DataError
-from rollout.data.records import Passage, Question
 from rollout.data.sources import RowSource, open_hf, open_path
 from rollout.data.specs import CORPUS_FIELDS, QUESTION_FIELDS, CorpusSpec, QuestionSpec
+from rollout.errors import DataError
+from rollout.records import Passage, Question
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rollout.data.errors import DataError
 from rollout.data.loaders import CORPUS_FORMAT, iter_corpus_spec
 from rollout.data.sources import is_plain_jsonl
 from rollout.data.specs import CorpusSpec
+from rollout.errors import DataError
 
 logger = logging.getLogger(__name__)
 

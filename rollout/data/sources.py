@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rollout.data.errors import DataError
+from rollout.errors import DataError
 from rollout.jsonl import iter_json_lines
 
 _BATCH = 1024

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.data.errors import DataError
+from rollout.errors import DataError
 
 CORPUS_FIELDS = ("id", "contents", "title", "text", "doc_id")
 QUESTION_FIELDS = ("id", "question", "golden_answers", "metadata", "gold_doc_ids")

@@ -22,15 +22,16 @@ from omegaconf import OmegaConf
 
 from rollout.errors import ConfigError, RolloutError
 from rollout.gateway.app import MCP_PATHS
-from rollout.gateway.auth import TOKEN_ENV, resolve_token
-from rollout.gateway.config import load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.server import bind_socket, build_gateway, plan_gateway, serve
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway.server import bind_socket, build_gateway, serve
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.report import write_tool_report
 from rollout.retrieval.params import RetrievalParams
 from rollout.run_folder import STATS_DIR
+from rollout.wire import TOKEN_ENV, resolve_token
 
 logger = logging.getLogger("rollout.gateway")
 

@@ -11,24 +11,13 @@ request carries `Authorization: Bearer <token>`. Clients send it with `auth_head
 from __future__ import annotations
 
 import hmac
-import os
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-TOKEN_ENV = "ROLLOUT_GATEWAY_TOKEN"
+from rollout.wire import TOKEN_ENV
+
 _HOW = f"start the client with the gateway's token (export {TOKEN_ENV}=<token>)"
-
-
-def resolve_token(explicit: str | None = None) -> str | None:
-    """The token to use: `explicit` when given, else `$ROLLOUT_GATEWAY_TOKEN`; empty means none."""
-    token = explicit if explicit is not None else os.environ.get(TOKEN_ENV)
-    return token or None
-
-
-def auth_headers(token: str | None) -> dict[str, str]:
-    """Request headers that carry `token` (none without one)."""
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 class BearerTokenAuth:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from rollout.data.records import Passage
+from rollout.records import Passage
 from rollout.retrieval import Retriever
 from rollout.retrieval.tokenizer import tokenize_batch
 

@@ -54,7 +54,7 @@ from mcp_types import CallToolResult
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from rollout.gateway.sessions import HeldClient, describe
+from envs.mcp_session import HeldClient, describe
 from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID, META_WORKER_ID, classify_result
 
 logger = logging.getLogger(__name__)

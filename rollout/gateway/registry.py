@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rollout.errors import ConfigError
+from rollout.errors import UnknownToolGroupError
 
 logger = logging.getLogger(__name__)
 
@@ -49,16 +49,6 @@ class ToolGroup:
 def _first_line(fn: ToolFn) -> str:
     doc = (fn.__doc__ or "").strip()
     return doc.splitlines()[0].strip() if doc else ""
-
-
-class UnknownToolGroupError(ConfigError):
-    def __init__(self, group: str, known: Iterable[str]):
-        known_list = ", ".join(sorted(known)) or "(none)"
-        super().__init__(
-            f"unknown tool group {group!r}: no tool registers it. Registered groups: {known_list}. "
-            "Fix the gateway file's tool_groups."
-        )
-        self.group = group
 
 
 class ToolRegistry:

@@ -5,93 +5,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from rollout.errors import ConfigError
 from rollout.gateway.app import GatewayServer, gateway_app, mcp_path
-from rollout.gateway.config import GatewayFile
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.registry import ToolFn, ToolRegistry
+from rollout.gateway.plan import plan_gateway
 from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware
 from rollout.gateway.timeout import CallTimeout
-from rollout.gateway.tool_params import bind_tool, check_fixed_params
-from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolSet, ToolsetCatalog, ToolsetGate, local_toolsets
+from rollout.gateway.tool_params import bind_tool
+from rollout.gateway.toolsets import ToolsetCatalog, ToolsetGate
 from rollout.gateway.upstream import UpstreamTools, upstream_specs
+from rollout.gateway_file import GatewayFile
 from rollout.wire import META_GROUP, META_RESOURCE_TYPE
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ServedTool:
-    """A registered function the gateway will expose, with the group that brought it in."""
-
-    fn: ToolFn
-    """The registered function."""
-    group: str
-    """The group that brought it in."""
-    resource_type: str
-    """Module type of that group (`rag`, `system`, ...)."""
-    fixed_params: Mapping[str, Any] = field(default_factory=dict)
-    """Arguments the gateway file pins for it (the group's `fixed_params`), validated; hidden from its schema."""
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayPlan:
-    """What a gateway file resolves to against the registry."""
-
-    tools: list[ServedTool]
-    """Tools to register, in gateway-file order."""
-    requires: list[str]
-    """Indexes those tools need (`dense`, `sparse`)."""
-    skipped_resource_types: list[str]
-    """Module types this gateway has no tools for (served elsewhere)."""
-    toolsets: list[ToolSet] = field(default_factory=list)
-    """One tool set per served group (the `toolsets` management group excepted)."""
-    dynamic: bool = False
-    """Tasks activate and deactivate sets (`dynamic_toolsets` in the gateway file)."""
-
-
-def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
-    """Resolve a gateway file's modules to tools; an unknown group in a served module, or a `fixed_params`
-    entry its tools do not take or whose value their schema rejects, raises `ConfigError`."""
-    ToolRegistry.autodiscover()
-    served_types = {ToolRegistry.get_group(g).resource_type for g in ToolRegistry.group_names()}
-    tools: dict[ToolFn, ServedTool] = {}
-    requires: dict[str, None] = {}
-    skipped: dict[str, None] = {}
-    for module in gateway.modules:
-        if module.resource_type not in served_types:
-            skipped[module.resource_type] = None
-            continue
-        for name in module.tool_groups:
-            if name == TOOLSETS_GROUP and not gateway.dynamic_toolsets:
-                raise ConfigError(
-                    f'tool group {TOOLSETS_GROUP!r} is served only with "dynamic_toolsets": true; '
-                    "set it in the gateway file, which then adds the group by itself"
-                )
-            group = ToolRegistry.get_group(name)
-            requires.update(dict.fromkeys(group.requires))
-            pins = check_fixed_params(name, group.tools, gateway.group_entry(name).fixed_params)
-            for fn in group.tools:
-                tools.setdefault(fn, ServedTool(fn, name, group.resource_type, pins.get(fn.__name__, {})))
-    if gateway.dynamic_toolsets:
-        group = ToolRegistry.get_group(TOOLSETS_GROUP)
-        for fn in group.tools:
-            tools.setdefault(fn, ServedTool(fn, TOOLSETS_GROUP, group.resource_type))
-    served = list(tools.values())
-    return GatewayPlan(
-        served, list(requires), list(skipped), local_toolsets(gateway, served), gateway.dynamic_toolsets
-    )
 
 
 @dataclass(slots=True)

@@ -26,22 +26,15 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
-from rollout.gateway.config import GatewayFile
-from rollout.gateway.registry import ToolRegistry
-from rollout.wire import META_ATTEMPT, META_RUN_ID, META_TASK_ID
-
-if TYPE_CHECKING:
-    from rollout.gateway.server import ServedTool
+from rollout.wire import META_ATTEMPT, META_RUN_ID, META_TASK_ID, TOOLSETS_GROUP
 
 logger = logging.getLogger(__name__)
 
-TOOLSETS_GROUP = "toolsets"
-"""The group of the three management tools; always exposed (and never a set) when dynamic."""
 TOOLSET_TOOLS = ("list_toolsets", "activate_toolset", "deactivate_toolset")
 TOOLSET_SOURCES = ("local", "mcp")
 MAX_TASK_STATES = 10_000
@@ -94,35 +87,6 @@ class ToolSetsResult(BaseModel):
     toolsets: list[ToolSetInfo] = Field(description="Every tool set, with its state for this task")
     active_toolsets: list[str] = Field(description="Names of the sets active for this task, in listing order")
     changed: str | None = Field(default=None, description="The set this call activated or deactivated, if any")
-
-
-def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool]) -> list[ToolSet]:
-    """The tool sets of a gateway plan's registered tools, in gateway-file order."""
-    by_group: dict[str, list[str]] = {}
-    for tool in tools:
-        if tool.group != TOOLSETS_GROUP:
-            by_group.setdefault(tool.group, []).append(tool.fn.__name__)
-    sets = []
-    for name, names in by_group.items():
-        entry = gateway.group_entry(name)
-        group = ToolRegistry.get_group(name)
-        if not entry.active and not gateway.dynamic_toolsets:
-            logger.warning(
-                "tool group %s is written with active=false, which only matters with dynamic_toolsets; "
-                'it is served active. Set "dynamic_toolsets": true in the gateway file to start it inactive.',
-                name,
-            )
-        sets.append(
-            ToolSet(
-                name=name,
-                description=entry.description or group.description,
-                tools=tuple(names),
-                active=entry.active or not gateway.dynamic_toolsets,
-                source="local",
-                resource_type=group.resource_type,
-            )
-        )
-    return sets
 
 
 class ToolsetCatalog:

@@ -42,11 +42,11 @@ from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolRequestParams, CallToolResult, TextContent, Tool
 
-from envs.schema import FALLBACK_PARAMETERS, SchemaError, input_schema_to_parameters
-from rollout.errors import ConfigError, GatewayError
-from rollout.gateway.config import GatewayFile, GatewayModule
-from rollout.gateway.sessions import HeldClient, describe
+from envs.mcp_session import HeldClient, describe
+from envs.schema import FALLBACK_PARAMETERS, input_schema_to_parameters
+from rollout.errors import ConfigError, GatewayError, SchemaError
 from rollout.gateway.toolsets import ToolSet
+from rollout.gateway_file import GatewayFile, GatewayModule
 from rollout.wire import (
     META_ATTEMPT,
     META_CALL_ID,

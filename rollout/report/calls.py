@@ -24,8 +24,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from rollout.errors import NotARunFolderError
 from rollout.jsonl import iter_jsonl, read_jsonl
-from rollout.report.errors import NotARunFolderError
 from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, calls_path, is_run_folder, read_json, trajectory_path
 
 logger = logging.getLogger(__name__)

@@ -19,15 +19,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rollout.report.compare import (
-    common_parent,
-    compare_runs,
-    comparison_tables,
-    find_runs,
-    pair_sentence,
-    write_comparison,
-)
-from rollout.report.errors import NotARunFolderError, ReportError
+from rollout.errors import NotARunFolderError, ReportError
+from rollout.report.compare import common_parent, compare_runs, find_runs
+from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
 from rollout.report.tool_stats import write_tool_report
 from rollout.run_folder import STATS_DIR
 

@@ -18,7 +18,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rollout.report.compare import compare_runs, find_runs, pair_sentence, write_comparison
+from rollout.report.compare import compare_runs, find_runs
+from rollout.report.compare_render import pair_sentence, write_comparison
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder
 
 logger = logging.getLogger(__name__)

@@ -6,12 +6,12 @@ indexes on disk keyed by corpus content and the parameters that shape them.
 """
 
 # Must come first: it sets OpenMP's wait policy before faiss or torch load (see the module).
+from rollout.errors import RetrievalError
 from rollout.retrieval import _threads  # noqa: F401
 from rollout.retrieval.base import Hits, Retriever
 from rollout.retrieval.cache import load_or_build_indexes
 from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import Encoder, TextEncoder
-from rollout.retrieval.errors import RetrievalError
 from rollout.retrieval.hybrid import HybridRetriever
 from rollout.retrieval.params import DenseParams, HybridParams, RetrievalParams, SparseParams
 from rollout.retrieval.sparse import BM25Retriever

@@ -9,7 +9,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from rollout.retrieval.errors import RetrievalError
+from rollout.errors import RetrievalError
 
 PAD_INDEX = -1
 """Row number that fills a result row when the corpus holds fewer than k passages."""

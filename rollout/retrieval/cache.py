@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollout.data.records import Passage
+from rollout.errors import RetrievalError
+from rollout.records import Passage
 from rollout.retrieval.base import Retriever
 from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import Encoder, TextEncoder
-from rollout.retrieval.errors import RetrievalError
 from rollout.retrieval.hybrid import HybridRetriever
 from rollout.retrieval.params import DenseParams, RetrievalParams
 from rollout.retrieval.sparse import BM25Retriever

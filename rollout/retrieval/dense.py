@@ -16,10 +16,10 @@ from typing import Any
 import faiss
 import numpy as np
 
-from rollout.data.records import Passage
+from rollout.errors import RetrievalError
+from rollout.records import Passage
 from rollout.retrieval.base import PAD_INDEX, PAD_SCORE, Hits, check_k, empty_hits, read_index_meta
 from rollout.retrieval.encoder import TextEncoder
-from rollout.retrieval.errors import RetrievalError
 from rollout.retrieval.params import DenseParams
 
 logger = logging.getLogger(__name__)

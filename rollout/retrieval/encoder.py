@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from rollout.retrieval.errors import RetrievalError
+from rollout.errors import RetrievalError
 from rollout.retrieval.params import DenseParams
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rollout.errors import RetrievalError
 from rollout.retrieval.base import PAD_INDEX, Hits, Retriever, check_k, empty_hits
-from rollout.retrieval.errors import RetrievalError
 
 
 class HybridRetriever:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from rollout.retrieval.errors import RetrievalError
+from rollout.errors import RetrievalError
 
 
 @dataclass(frozen=True, slots=True)

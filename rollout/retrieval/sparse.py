@@ -31,9 +31,9 @@ import bm25s
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from rollout.data.records import Passage
+from rollout.errors import RetrievalError
+from rollout.records import Passage
 from rollout.retrieval.base import Hits, check_k, empty_hits, read_index_meta
-from rollout.retrieval.errors import RetrievalError
 from rollout.retrieval.params import SparseParams
 from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize_batch
 

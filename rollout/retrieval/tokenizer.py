@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from rollout.retrieval.errors import RetrievalError
+from rollout.errors import RetrievalError
 
 TOKENIZER_VERSION = "2"
 """Bumped whenever `tokenize` changes its output, so cached sparse indexes are rebuilt.

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from envs.records import ToolResult
-from rollout.data import Passage, Question, generate_demo_kb
+from rollout.data import generate_demo_kb
+from rollout.records import Passage, Question, ToolResult
 
 DENSE = "query_knowledge_base_dense"
 SPARSE = "query_knowledge_base_sparse"

@@ -23,7 +23,6 @@ from rollout.agents.openai_agent import (
     extract_answer,
     split_thinking,
 )
-from rollout.config import compose_run_config
 from rollout.errors import ConfigError, LLMError
 from rollout.events import (
     EventLog,
@@ -32,7 +31,8 @@ from rollout.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from rollout.gateway.config import GATEWAYS_DIR
+from rollout.gateway_file import GATEWAYS_DIR
+from rollout.run.config import compose_run_config
 from tests.agents.chat_server import (
     MODEL,
     ChatServer,

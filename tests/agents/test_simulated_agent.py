@@ -14,10 +14,10 @@ from hydra.utils import instantiate
 import rollout.agents.simulated as simulated_module
 from envs import HttpMCPRagEnv
 from rollout.agents.simulated import SimulatedAgent
-from rollout.config import compose_run_config
 from rollout.errors import ConfigError
 from rollout.events import EventLog, LLMOutputEvent, ToolCallEvent, ToolResultEvent
-from rollout.gateway.config import GATEWAYS_DIR
+from rollout.gateway_file import GATEWAYS_DIR
+from rollout.run.config import compose_run_config
 from tests.conftest import gateway_on_loopback
 from tests.gateway.loopback import sparse_kb
 

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.data import CorpusSpec, DataError, Passage, chunk_passages, load_corpus, load_corpus_spec
+from rollout.data import CorpusSpec, chunk_passages, load_corpus, load_corpus_spec
+from rollout.errors import DataError
+from rollout.records import Passage
 from tests.data.helpers import write_jsonl
 
 

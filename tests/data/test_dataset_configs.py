@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rollout.data import (
-    CorpusSpec,
-    Passage,
-    Question,
-    QuestionSpec,
-    load_corpus_spec,
-    load_question_spec,
-    materialize_corpus,
-)
+from rollout.data import CorpusSpec, QuestionSpec, load_corpus_spec, load_question_spec, materialize_corpus
 from rollout.paths import CONF_DIR
+from rollout.records import Passage, Question
 from tests.data.helpers import write_jsonl
 
 FLASHRAG = ["nq", "hotpotqa", "2wiki", "bamboogle"]
@@ -70,7 +63,7 @@ def test_hf_config_names_flashrag_nq_test():
 
 
 def test_the_documented_command_line_mapping_composes():
-    from rollout.config import compose_run_config
+    from rollout.run.config import compose_run_config
 
     cfg = compose_run_config("dataset=files", "dataset.corpus.path=c.jsonl", "dataset.questions.path=q.jsonl",
                              "dataset.corpus.columns={id: doc_key, text: body}",

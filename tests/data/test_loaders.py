@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.data import DataError, Passage, Question, load_corpus, load_questions
+from rollout.data import load_corpus, load_questions
+from rollout.errors import DataError
+from rollout.records import Passage, Question
 
 
 def _write(path: Path, lines: list[str | dict]) -> Path:

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout.data import CorpusSpec, DataError, Passage, load_corpus, load_corpus_spec, materialize_corpus
+from rollout.data import CorpusSpec, load_corpus, load_corpus_spec, materialize_corpus
 from rollout.data import materialize as materialize_module
+from rollout.errors import DataError
+from rollout.records import Passage
 from tests.data.helpers import write_jsonl, write_source
 
 DOCS = [Passage("d1", "Kelmor", "Kelmor is a city in Vandor. " * 5), Passage("d2", "Arlen Voss", "Born 1961.")]

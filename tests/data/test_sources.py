@@ -8,7 +8,9 @@ from pathlib import Path
 import datasets
 import pytest
 
-from rollout.data import CorpusSpec, DataError, Passage, Question, QuestionSpec, load_corpus_spec, load_question_spec
+from rollout.data import CorpusSpec, QuestionSpec, load_corpus_spec, load_question_spec
+from rollout.errors import DataError
+from rollout.records import Passage, Question
 from tests.data.helpers import FORMATS, write_jsonl, write_source
 
 PASSAGES = [

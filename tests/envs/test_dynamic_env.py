@@ -7,9 +7,9 @@ import pytest
 from envs import HttpMCPRagEnv
 from rollout.agents.heuristic import HeuristicAgent, find_retrieval_tools
 from rollout.events import EventLog
-from rollout.data.records import Passage
-from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway_file import GATEWAYS_DIR
+from rollout.records import Passage
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
 from tests.conftest import gateway_on_loopback

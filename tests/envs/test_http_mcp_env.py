@@ -6,10 +6,10 @@ import pytest
 
 from envs import HttpMCPEnv, HttpMCPRagEnv
 from envs.http_mcp_rag_env import keep_rag_modules
-from rollout.data.records import Passage
 from rollout.errors import ConfigError, GatewayError
-from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.records import Passage
 from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever
 from tests.conftest import gateway_on_loopback

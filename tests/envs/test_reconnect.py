@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from envs import HttpMCPRagEnv
-from rollout.gateway.config import GATEWAYS_DIR
-from rollout.gateway.process import GatewayProcess
+from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report import load_calls
+from rollout.run.gateway_process import GatewayProcess
 from tests.gateway.loopback import PASSAGES, kill
 
 SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"

@@ -12,12 +12,12 @@ from pydantic import BaseModel, Field
 
 from envs.schema import (
     RefResolver,
-    SchemaError,
     input_schema_to_parameters,
     mcp_tool_to_function,
     openapi_schema_to_parameters,
     pointer_lookup,
 )
+from rollout.errors import SchemaError
 
 
 def _assert_self_contained(params: dict) -> None:

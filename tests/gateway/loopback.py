@@ -16,13 +16,13 @@ from typing import Any
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-from rollout.data.records import Passage
-from rollout.gateway.config import GatewayFile
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import bind_socket, build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import GatewayFile
+from rollout.records import Passage
 from rollout.retrieval import BM25Retriever
+from rollout.run.gateway_process import GatewayProcess
 
 PASSAGES = [
     Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),

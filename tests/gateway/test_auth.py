@@ -7,12 +7,12 @@ import httpx
 import pytest
 
 from envs import HttpMCPRagEnv
-from rollout.config import GatewayConfig, RunConfig
 from rollout.errors import GatewayError
-from rollout.gateway.auth import TOKEN_ENV, resolve_token
-from rollout.gateway.config import GATEWAYS_DIR
-from rollout.gateway.process import GatewayProcess
+from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report import load_calls
+from rollout.run.config import GatewayConfig, RunConfig
+from rollout.run.gateway_process import GatewayProcess
+from rollout.wire import TOKEN_ENV, resolve_token
 from tests.gateway.loopback import PASSAGES, SPARSE_MODULE, gateway_file, gateway_served, sparse_kb
 
 TOKEN = "s3cret-token"
@@ -91,8 +91,8 @@ def test_resolve_token_prefers_the_explicit_value_and_treats_empty_as_none(monke
 
 
 def test_run_config_never_writes_the_token(tmp_path):
-    from rollout.dataset import DatasetConfig
     from rollout.retrieval.params import RetrievalParams
+    from rollout.run.dataset import DatasetConfig
 
     cfg = RunConfig(
         mode_name="m", gateway_config_path=SPARSE_FILE, output_dir=tmp_path,

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from rollout.errors import ConfigError
-from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
-from rollout.gateway.server import plan_gateway
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
 
 
 @pytest.mark.parametrize(

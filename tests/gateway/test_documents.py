@@ -5,11 +5,12 @@ from mcp.client.client import Client
 
 from envs.schema import mcp_tool_to_function
 from rollout.agents.heuristic import find_retrieval_tools
-from rollout.data.records import Passage
-from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.server import build_gateway, plan_gateway
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.records import Passage
 from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever
 from rollout.wire import META_CALL_ID

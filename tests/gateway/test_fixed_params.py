@@ -8,12 +8,13 @@ import httpx
 import pytest
 from mcp.client.client import Client
 
-from rollout.data.records import Passage
 from rollout.errors import ConfigError
 from rollout.gateway.__main__ import load_knowledge_base, main, parse_args
-from rollout.gateway.config import GatewayFile
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.server import build_gateway, plan_gateway
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway.server import build_gateway
+from rollout.gateway_file import GatewayFile
+from rollout.records import Passage
 from rollout.retrieval import BM25Retriever
 from tests.gateway.loopback import gateway_served
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from rollout.errors import GatewayError
-from rollout.gateway.config import GATEWAYS_DIR
-from rollout.gateway.process import GatewayProcess
+from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report import load_calls
+from rollout.run.gateway_process import GatewayProcess
 from tests.gateway.loopback import kill
 
 SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"
@@ -37,7 +37,7 @@ def call(url: str, call_id: str) -> dict:
 
 def test_a_killed_gateway_restarts_on_the_same_url_from_cached_indexes_and_keeps_its_ledger(
         cache_dir, tmp_path, capfd, caplog):
-    caplog.set_level(logging.WARNING, logger="rollout.gateway.process")
+    caplog.set_level(logging.WARNING, logger="rollout.run.gateway_process")
     with GatewayProcess(demo_args(cache_dir, tmp_path), ready_timeout_s=300) as gw:
         url = gw.wait_ready()
         first_pid = gw.pid

@@ -1,6 +1,7 @@
 import pytest
 
-from rollout.gateway.registry import ToolRegistry, UnknownToolGroupError
+from rollout.errors import UnknownToolGroupError
+from rollout.gateway.registry import ToolRegistry
 
 
 def setup_module() -> None:

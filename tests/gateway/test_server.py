@@ -3,11 +3,11 @@
 import pytest
 from mcp.client.client import Client
 
-from rollout.data.records import Passage
-from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.records import Passage
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
 from rollout.wire import META_CALL_ID, META_TASK_ID

@@ -6,12 +6,11 @@ import json
 import pytest
 from mcp.client.client import Client
 
-from rollout.data.records import Passage
 from rollout.errors import ConfigError
-from rollout.gateway.config import GATEWAYS_DIR, load_gateway_file
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.plan import plan_gateway
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.server import build_gateway, plan_gateway
+from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway.toolsets import (
     MAX_TASK_STATES,
@@ -21,6 +20,8 @@ from rollout.gateway.toolsets import (
     ToolsetScope,
     toolset_scope_of,
 )
+from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.records import Passage
 from rollout.report import build_tool_report, load_calls
 from rollout.retrieval import BM25Retriever
 from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID

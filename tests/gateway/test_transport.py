@@ -10,13 +10,13 @@ import pytest
 from mcp.client.client import Client
 
 from envs import HttpMCPRagEnv
-from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.process import GatewayProcess
 from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report import load_calls
 from rollout.retrieval import Hits
+from rollout.run.gateway_process import GatewayProcess
 from rollout.wire import META_CALL_ID
 from tests.gateway.loopback import PASSAGES, SPARSE_MODULE, gateway_file, gateway_served, sparse_kb
 

@@ -17,9 +17,9 @@ from pydantic import WithJsonSchema
 
 from envs import HttpMCPRagEnv
 from rollout.errors import ConfigError, GatewayError
-from rollout.gateway.config import load_gateway_file
 from rollout.gateway.server import bind_socket, build_gateway
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway_file import load_gateway_file
 from rollout.paths import PROJECT_ROOT
 from rollout.report import load_calls
 from rollout.wire import META_CALL_ID, META_SOURCE, META_TASK_ID

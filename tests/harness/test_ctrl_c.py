@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from rollout.scheduler import _ctrl_c_between_steps
+from rollout.run.scheduler import _ctrl_c_between_steps
 
 
 def press_ctrl_c() -> None:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from rollout.config import compose_run_config
 from rollout.errors import GatewayError
-from rollout.scheduler import Scheduler
+from rollout.run.config import compose_run_config
+from rollout.run.scheduler import Scheduler
 
 
 class SlowGateway:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rollout.config import compose_run_config
-from rollout.driver import run
+from rollout.run.config import compose_run_config
+from rollout.run.driver import run
 
 SMALL_KB = ["dataset.n_passages=300", "dataset.n_questions=60", "mode=sparse", "progress=false"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.data.records import Passage
-from rollout.gateway.config import GATEWAYS_DIR
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway_file import GATEWAYS_DIR
+from rollout.records import Passage
 from rollout.retrieval import BM25Retriever
-from rollout.worker import RolloutWorker
+from rollout.run.worker import RolloutWorker
 from tests.conftest import gateway_on_loopback
 
 PASSAGES = [Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961.")]

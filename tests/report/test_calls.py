@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from rollout.report import NotARunFolderError, load_calls
+from rollout.errors import NotARunFolderError
+from rollout.report import load_calls
 from rollout.report.calls import CALL_COLUMNS
 from tests.report.runs import DENSE, GATEWAY_CALLS, TASKS, make_run
 

@@ -13,16 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rollout.report.compare import (
-    COMPARISON_MD,
-    COMPARISON_PNG,
-    bootstrap_ci,
-    compare_runs,
-    comparison_tables,
-    find_runs,
-    write_comparison,
-)
-from rollout.report.errors import NotARunFolderError, ReportError
+from rollout.errors import NotARunFolderError, ReportError
+from rollout.report.compare import bootstrap_ci, compare_runs, find_runs
+from rollout.report.compare_render import COMPARISON_MD, COMPARISON_PNG, comparison_tables, write_comparison
 from tests.report.runs import DENSE, SPARSE, write_jsonl
 from tests.report.test_cli import cli
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from rollout.data.records import Passage
+from rollout.records import Passage
 from rollout.retrieval import Encoder
 
 FACTS: list[tuple[str, str]] = [

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from rollout.data.records import Passage
-from rollout.retrieval import BM25Retriever, Hits, RetrievalError, Retriever, SparseParams, sparse, tokenize
+from rollout.errors import RetrievalError
+from rollout.records import Passage
+from rollout.retrieval import BM25Retriever, Hits, Retriever, SparseParams, sparse, tokenize
 
 MakePassages = Callable[[int, int], list[Passage]]
 MakeQueries = Callable[[int, int], list[str]]

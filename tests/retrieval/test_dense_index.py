@@ -10,16 +10,9 @@ import faiss
 import numpy as np
 import pytest
 
-from rollout.data.records import Passage
-from rollout.retrieval import (
-    BM25Retriever,
-    DenseParams,
-    DenseRetriever,
-    Encoder,
-    RetrievalError,
-    Retriever,
-    SparseParams,
-)
+from rollout.errors import RetrievalError
+from rollout.records import Passage
+from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, Retriever, SparseParams
 
 MakePassages = Callable[[int, int], list[Passage]]
 MakeQueries = Callable[[int, int], list[str]]

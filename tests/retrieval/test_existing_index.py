@@ -6,8 +6,9 @@ import faiss
 import numpy as np
 import pytest
 
-from rollout.data.records import Passage
-from rollout.retrieval import DenseParams, DenseRetriever, Encoder, RetrievalError
+from rollout.errors import RetrievalError
+from rollout.records import Passage
+from rollout.retrieval import DenseParams, DenseRetriever, Encoder
 
 QUERIES = ["birthplace of Ravel", "deepest lake", "who discovered antibiotics"]
 

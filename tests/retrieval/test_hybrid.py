@@ -6,17 +6,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rollout.data.records import Passage
-from rollout.retrieval import (
-    BM25Retriever,
-    DenseRetriever,
-    Encoder,
-    Hits,
-    HybridRetriever,
-    RetrievalError,
-    Retriever,
-    SparseParams,
-)
+from rollout.errors import RetrievalError
+from rollout.records import Passage
+from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder, Hits, HybridRetriever, Retriever, SparseParams
 
 
 class FixedRanking:

@@ -8,7 +8,8 @@ import faiss
 import numpy as np
 import pytest
 
-from rollout.data.records import Passage
+from rollout.errors import RetrievalError
+from rollout.records import Passage
 from rollout.retrieval import (
     BM25Retriever,
     DenseParams,
@@ -16,7 +17,6 @@ from rollout.retrieval import (
     Encoder,
     HybridParams,
     HybridRetriever,
-    RetrievalError,
     RetrievalParams,
     SparseParams,
     load_or_build_indexes,

@@ -7,7 +7,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from rollout.data import generate_demo_kb
-from rollout.data.records import Passage
+from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, SparseParams, tokenize
 
 K = 10

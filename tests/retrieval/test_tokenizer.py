@@ -2,7 +2,8 @@ import sys
 
 import pytest
 
-from rollout.retrieval import RetrievalError, tokenize
+from rollout.errors import RetrievalError
+from rollout.retrieval import tokenize
 from rollout.retrieval.tokenizer import ENGLISH_STOPWORDS, tokenize_batch
 
 

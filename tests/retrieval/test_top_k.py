@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rollout.retrieval import RetrievalError
+from rollout.errors import RetrievalError
 from rollout.retrieval.base import top_k_hits
 
 

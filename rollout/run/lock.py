@@ -16,12 +16,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from rollout.errors import RolloutError
+from rollout.errors import RunFolderBusy
 from rollout.run_folder import LOCK_FILE
-
-
-class RunFolderBusy(RolloutError):
-    """Another driver is writing into this run folder."""
 
 
 @contextlib.contextmanager

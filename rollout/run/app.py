@@ -14,11 +14,11 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from rollout.config import RunConfig
-from rollout.driver import run
 from rollout.errors import RolloutError, RunInterrupted
-from rollout.gateway.auth import TOKEN_ENV
 from rollout.paths import CONF_DIR
+from rollout.run.config import RunConfig
+from rollout.run.driver import run
+from rollout.wire import TOKEN_ENV
 
 logger = logging.getLogger("rollout")
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rollout.errors import GatewayError
-from rollout.gateway.auth import TOKEN_ENV, auth_headers, resolve_token
+from rollout.wire import TOKEN_ENV, auth_headers, resolve_token
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Resuming a run in its output folder: which tasks are finished, and whether it is the same experiment.
 
-A run records its identity (`rollout.identity.RunIdentity`) in `fingerprint.json`: every setting
+A run records its identity (`rollout.run.identity.RunIdentity`) in `fingerprint.json`: every setting
 that can change a result, and hashes of its gateway file, tool schemas and dataset. Rerunning
 into the same folder keeps the finished tasks (status ok) and runs the rest: tasks that ended in
 an error, a timeout or an infrastructure failure run again, since those are mostly
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import ConfigError
-from rollout.identity import RunIdentity
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskKey, task_key
+from rollout.run.identity import RunIdentity
 from rollout.run_folder import FINGERPRINT_FILE, calls_path, trajectory_path, write_json
 
 logger = logging.getLogger(__name__)

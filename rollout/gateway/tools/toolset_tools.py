@@ -13,7 +13,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.toolsets import TOOLSETS_GROUP, ToolsetCatalog, ToolsetScope, ToolSetsResult, toolset_scope_of
+from rollout.gateway.toolsets import ToolsetCatalog, ToolsetScope, ToolSetsResult, toolset_scope_of
+from rollout.wire import TOOLSETS_GROUP
 
 SetName = Annotated[str, Field(description="Name of a tool set, as list_toolsets shows it")]
 

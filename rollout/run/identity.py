@@ -16,55 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rollout.dataset import PreparedData, prepare_data
-
-if TYPE_CHECKING:
-    from rollout.config import RunConfig
-
-IDENTITY_ROOTS = (
-    "mode_name", "gateway_config_path", "system_prompt", "agent", "llm", "retriever", "dataset",
-    "gateway.default_top_k", "gateway.max_top_k", "repeats", "seed", "score_failed",
-)
-"""Config keys (and everything under them) that can change a result."""
-
-NOT_IDENTITY = (
-    "dataset.name", "dataset.limit", "retriever.kind", "retriever.dense.batch_size",
-    "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
-    "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
-)
-"""Keys under an identity root that change only speed, cost accounting or retries, or that name the run."""
-
-_IN_PATH_ALREADY = ("mode", "mode_name", "dataset", "experiment", "retriever")
-"""Overrides the default folder already shows (`mode`, `dataset` via the experiment) or that select only
-options the identity leaves out (`retriever=` sets `retriever.kind`)."""
-
-_DEMO_ONLY = ("dataset.n_passages", "dataset.n_questions", "dataset.seed")
-"""Settings of the generated knowledge base; a file dataset ignores them."""
-
-_MAX_VALUE_CHARS = 24
-_MAX_SUFFIX_CHARS = 160
-_HASH_CHARS = 8
-
-
-def _under(key: str, roots: Iterable[str]) -> bool:
-    return any(key == r or key.startswith(r + ".") for r in roots)
-
-
-def is_identity_key(key: str, *, uses_llm: bool) -> bool:
-    """Whether the dotted config `key` is part of a run's identity (`llm.*` only for an agent that uses the LLM)."""
-    if not _under(key, IDENTITY_ROOTS) or _under(key, NOT_IDENTITY):
-        return False
-    return uses_llm or not _under(key, ("llm",))
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+from rollout.run.config import RunConfig
+from rollout.run.dataset import PreparedData, prepare_data
+from rollout.run.identity_keys import DEMO_ONLY, HASH_CHARS, is_identity_key, is_under, sha256_hex
 
 
 def _canonical(value: Any) -> Any:
@@ -107,9 +66,9 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
     for root, value in tree.items():
         _flatten(root, value, flat)
     if cfg.dataset.kind != "demo":
-        flat = {k: v for k, v in flat.items() if not _under(k, _DEMO_ONLY)}
+        flat = {k: v for k, v in flat.items() if not is_under(k, DEMO_ONLY)}
     else:  # the generator's settings decide the content; the (empty) file specs do not
-        flat = {k: v for k, v in flat.items() if not _under(k, ("dataset.corpus", "dataset.questions"))}
+        flat = {k: v for k, v in flat.items() if not is_under(k, ("dataset.corpus", "dataset.questions"))}
     uses_llm = isinstance(llm, Mapping)
     return {k: flat[k] for k in sorted(flat) if is_identity_key(k, uses_llm=uses_llm)}
 
@@ -118,7 +77,7 @@ def _file_sha256(path: Path, cache_dir: Path) -> str:
     """sha256 of a file's bytes, remembered in `cache_dir` per (path, size, mtime): a large corpus is read once."""
     path = path.expanduser().resolve()
     st = path.stat()
-    stamp = _sha256(json.dumps([str(path), st.st_size, st.st_mtime_ns]).encode())[:32]
+    stamp = sha256_hex(json.dumps([str(path), st.st_size, st.st_mtime_ns]).encode())[:32]
     memo = Path(cache_dir) / "content-sha256" / stamp
     if memo.is_file():
         return memo.read_text(encoding="utf-8").strip()
@@ -139,13 +98,13 @@ def dataset_hashes(cfg: RunConfig, data: PreparedData) -> dict[str, str]:
     if cfg.dataset.limit is not None:
         questions = prepare_data(replace(cfg.dataset, limit=None), cfg.cache_dir).questions
     blob = "\n".join(json.dumps(q.to_json(), sort_keys=True, ensure_ascii=False) for q in questions)
-    return {"corpus": _file_sha256(data.corpus_path, cfg.cache_dir), "questions": _sha256(blob.encode("utf-8"))}
+    return {"corpus": _file_sha256(data.corpus_path, cfg.cache_dir), "questions": sha256_hex(blob.encode("utf-8"))}
 
 
 def tool_hashes(tool_specs: list[dict[str, Any]]) -> dict[str, str]:
     """Per tool name, the hash of the spec the agent was offered, in canonical JSON."""
     per_tool = {
-        str((spec.get("function") or spec).get("name")): _sha256(json.dumps(spec, sort_keys=True).encode())
+        str((spec.get("function") or spec).get("name")): sha256_hex(json.dumps(spec, sort_keys=True).encode())
         for spec in tool_specs
     }
     return dict(sorted(per_tool.items()))
@@ -172,7 +131,7 @@ class RunIdentity:
     def of(cls, cfg: RunConfig, tool_specs: list[dict[str, Any]], data: PreparedData) -> RunIdentity:
         return cls(
             settings=identity_settings(cfg),
-            gateway_file_sha256=_sha256(Path(cfg.gateway_config_path).read_bytes()),
+            gateway_file_sha256=sha256_hex(Path(cfg.gateway_config_path).read_bytes()),
             tools=tool_hashes(tool_specs),
             dataset=dataset_hashes(cfg, data),
             gateway_file=str(cfg.gateway_config_path),
@@ -213,33 +172,6 @@ def _show(key: str, value: Any) -> str:
     if key.startswith("tool.") or key.endswith("sha256"):
         return str(value)[:12]
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:48] + f"… ({_sha256(text.encode())[:_HASH_CHARS]})"
+    return text if len(text) <= 60 else text[:48] + f"… ({sha256_hex(text.encode())[:HASH_CHARS]})"
 
 
-def _short_value(value: str) -> str:
-    """A filesystem-safe, readable rendering of an override's value; long ones end in a hash of the whole."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", value).strip("_") or "_"
-    if len(safe) > _MAX_VALUE_CHARS:
-        safe = f"{safe[:_MAX_VALUE_CHARS - _HASH_CHARS - 1]}-{_sha256(value.encode())[:_HASH_CHARS]}"
-    return safe
-
-
-def identity_overrides(overrides: Iterable[str], *, uses_llm: bool) -> list[str]:
-    """The overrides (`key=value`, in the given order) that change the run's identity, as folder-safe parts."""
-    parts = []
-    for override in overrides:
-        key, sep, value = str(override).partition("=")
-        key = key.lstrip("+~")
-        if not sep or key in _IN_PATH_ALREADY:
-            continue
-        if is_identity_key(key, uses_llm=uses_llm):
-            parts.append(f"{key}={_short_value(value)}")
-    return parts
-
-
-def run_suffix(parts: list[str]) -> str:
-    """`,part,part` appended to the mode in the default output folder; empty without parts."""
-    suffix = "".join("," + p for p in parts)
-    if len(suffix) > _MAX_SUFFIX_CHARS:  # a folder name must stay under the filesystem's 255 bytes
-        suffix = suffix[:_MAX_SUFFIX_CHARS - _HASH_CHARS - 1] + "-" + _sha256(suffix.encode())[:_HASH_CHARS]
-    return suffix

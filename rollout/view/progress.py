@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from rollout.metrics import exact_match
 from rollout.records import TaskResult
+from rollout.report.metrics import exact_match
 
 
 class RunProgress:

@@ -2,7 +2,7 @@
 
 Without `--task` it prints a table of the tasks; with it, it replays one task event by event;
 with `--follow` it tails a running run and prints a line per task as it finishes. Rendering
-lives in `rollout.view_render`; this module reads the file and handles the command line.
+lives in `rollout.view.render`; this module reads the file and handles the command line.
 
 A trajectory can hold 10,000+ tasks with long lines (messages, tool results, events), so the
 file is streamed: the table keeps a few fields per task, and `--task` fully parses only the
@@ -25,10 +25,10 @@ from typing import Any, BinaryIO
 from rich.console import Console
 from rich.text import Text
 
-from rollout.errors import RolloutError
+from rollout.errors import ViewError
 from rollout.records import TaskResult
 from rollout.run_folder import TRAJECTORY_FILE
-from rollout.view_render import TaskRow, Totals, format_live_event, format_task_line, render_table, render_task
+from rollout.view.render import TaskRow, Totals, format_live_event, format_task_line, render_table, render_task
 
 __all__ = ["format_live_event", "main", "render_task"]
 
@@ -39,10 +39,6 @@ POLL_S = 0.5
 # The driver writes `json.dumps(TaskResult.to_json())`, so every line starts with the id: reading
 # just that lets `--task` skip the full parse of every other line.
 _ID_PREFIX = re.compile(rb'\{"id": ("(?:[^"\\]|\\.)*"),')
-
-
-class ViewError(RolloutError):
-    """The path or a line of the trajectory cannot be shown: one line for the user, exit code 2."""
 
 
 def trajectory_path(path: Path) -> Path:

@@ -28,8 +28,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from rollout.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.records import TaskResult, TaskStatus
+from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 
 logger = logging.getLogger(__name__)
 

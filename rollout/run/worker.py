@@ -12,12 +12,11 @@ from typing import Any
 import ray
 from hydra.utils import instantiate
 
-from envs import HttpMCPRagEnv, TaskSession, ToolCallRecord
+from envs import HttpMCPRagEnv, TaskSession
 from rollout.agents.base import Agent, AgentResult
-from rollout.data.records import Question
 from rollout.errors import GatewayError
 from rollout.events import CompletionEvent, ErrorEvent, Event, EventLog, LLMOutputEvent
-from rollout.records import TaskResult, TaskStatus, wire_task_id
+from rollout.records import Question, TaskResult, TaskStatus, ToolCallRecord, wire_task_id
 from rollout.wire import INFRA_OUTCOMES
 
 logger = logging.getLogger(__name__)

@@ -8,11 +8,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rollout.dataset import DatasetConfig
 from rollout.errors import ConfigError
-from rollout.identity import identity_overrides, run_suffix
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
+from rollout.run.dataset import DatasetConfig
+from rollout.run.identity_keys import identity_overrides, run_suffix
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,23 +21,23 @@ from omegaconf import OmegaConf
 
 from envs import HttpMCPRagEnv
 from envs.http_mcp_rag_env import keep_rag_modules
-from rollout.config import RunConfig
-from rollout.dataset import prepare_data
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
-from rollout.gateway.auth import resolve_token
-from rollout.gateway.config import load_gateway_file
-from rollout.gateway.process import GatewayProcess
-from rollout.gateway.server import plan_gateway
-from rollout.identity import RunIdentity
-from rollout.progress import RunProgress
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway_file import load_gateway_file
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
-from rollout.resume import finished_tasks, start_fresh
+from rollout.report.scoring import print_summary, summarize
+from rollout.run.config import RunConfig
+from rollout.run.dataset import prepare_data
+from rollout.run.gateway_process import GatewayProcess
+from rollout.run.identity import RunIdentity
+from rollout.run.lock import hold_run_lock
+from rollout.run.resume import finished_tasks, start_fresh
+from rollout.run.scheduler import PlannedTask, Scheduler
 from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
-from rollout.run_lock import hold_run_lock
-from rollout.scheduler import PlannedTask, Scheduler
-from rollout.scoring import print_summary, summarize
-from rollout.view_render import format_live_event
+from rollout.view.progress import RunProgress
+from rollout.view.render import format_live_event
+from rollout.wire import resolve_token
 
 logger = logging.getLogger(__name__)
 
@@ -151,8 +151,8 @@ def run(cfg: RunConfig) -> RunOutcome:
     """Run one experiment end to end; bad input raises `RolloutError` before anything starts.
 
     Finished tasks are appended to trajectory.jsonl one by one; a rerun into the same output_dir
-    resumes (see `rollout.resume`). Ctrl-C stops the run, keeps what finished and raises
-    `RunInterrupted`. A second driver into the same output_dir is refused (`rollout.run_lock`).
+    resumes (see `rollout.run.resume`). Ctrl-C stops the run, keeps what finished and raises
+    `RunInterrupted`. A second driver into the same output_dir is refused (`rollout.run.lock`).
     """
     with hold_run_lock(cfg.output_dir):
         return _run_holding_lock(cfg)

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rollout.data import CorpusSpec, DemoKB, Question, QuestionSpec, ensure_demo_kb, load_question_spec, materialize_corpus
+from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, load_question_spec, materialize_corpus
 from rollout.errors import ConfigError
 from rollout.paths import PROJECT_ROOT
+from rollout.records import Question
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,10 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from rollout.config import RunConfig
-from rollout.data.records import Question
 from rollout.errors import GatewayError
-from rollout.records import TaskResult
-from rollout.worker import RolloutWorkerActor
+from rollout.records import Question, TaskResult
+from rollout.run.config import RunConfig
+from rollout.run.worker import RolloutWorkerActor
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Retrieval quality without an agent: recall@k, hit@k and MRR of each retriever on a question set.
 
-    python -m rollout.retrieval_eval retriever=dense dataset.limit=50
+    python -m rollout.retrieval.evaluate retriever=dense dataset.limit=50
 
 Against the questions' gold passages (`metadata.gold_doc_ids`, matched on passage or source
 document id) where they carry them; otherwise a hit is a top-k passage containing a gold
@@ -24,12 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from rollout.data import Passage, Question, load_corpus
-from rollout.dataset import DatasetConfig, prepare_data
+from rollout.data import load_corpus
 from rollout.errors import RolloutError
-from rollout.metrics import normalize_answer
 from rollout.paths import CONF_DIR, default_cache_dir
-from rollout.retrieval import Hits, Retriever, RetrievalParams, load_or_build_indexes
+from rollout.records import Passage, Question
+from rollout.report.metrics import normalize_answer
+from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
+from rollout.run.dataset import DatasetConfig, prepare_data
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from rollout.metrics import exact_match
 from rollout.records import TaskResult
+from rollout.report.metrics import exact_match
 
 STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red"}
 KIND_WIDTH = 7

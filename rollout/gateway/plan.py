@@ -1,0 +1,113 @@
+"""A gateway's plan: which registered tools, tool sets and indexes a gateway file resolves to.
+
+The plan is made before anything heavy loads, so a bad gateway file (an unknown group, a
+`fixed_params` entry no tool takes) fails in milliseconds, and the caller knows which indexes to load.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.errors import ConfigError
+from rollout.gateway.registry import ToolFn, ToolRegistry
+from rollout.gateway.tool_params import check_fixed_params
+from rollout.gateway.toolsets import ToolSet
+from rollout.gateway_file import GatewayFile
+from rollout.wire import TOOLSETS_GROUP
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedTool:
+    """A registered function the gateway will expose, with the group that brought it in."""
+
+    fn: ToolFn
+    """The registered function."""
+    group: str
+    """The group that brought it in."""
+    resource_type: str
+    """Module type of that group (`rag`, `system`, ...)."""
+    fixed_params: Mapping[str, Any] = field(default_factory=dict)
+    """Arguments the gateway file pins for it (the group's `fixed_params`), validated; hidden from its schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayPlan:
+    """What a gateway file resolves to against the registry."""
+
+    tools: list[ServedTool]
+    """Tools to register, in gateway-file order."""
+    requires: list[str]
+    """Indexes those tools need (`dense`, `sparse`)."""
+    skipped_resource_types: list[str]
+    """Module types this gateway has no tools for (served elsewhere)."""
+    toolsets: list[ToolSet] = field(default_factory=list)
+    """One tool set per served group (the `toolsets` management group excepted)."""
+    dynamic: bool = False
+    """Tasks activate and deactivate sets (`dynamic_toolsets` in the gateway file)."""
+
+
+def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
+    """Resolve a gateway file's modules to tools; an unknown group in a served module, or a `fixed_params`
+    entry its tools do not take or whose value their schema rejects, raises `ConfigError`."""
+    ToolRegistry.autodiscover()
+    served_types = {ToolRegistry.get_group(g).resource_type for g in ToolRegistry.group_names()}
+    tools: dict[ToolFn, ServedTool] = {}
+    requires: dict[str, None] = {}
+    skipped: dict[str, None] = {}
+    for module in gateway.modules:
+        if module.resource_type not in served_types:
+            skipped[module.resource_type] = None
+            continue
+        for name in module.tool_groups:
+            if name == TOOLSETS_GROUP and not gateway.dynamic_toolsets:
+                raise ConfigError(
+                    f'tool group {TOOLSETS_GROUP!r} is served only with "dynamic_toolsets": true; '
+                    "set it in the gateway file, which then adds the group by itself"
+                )
+            group = ToolRegistry.get_group(name)
+            requires.update(dict.fromkeys(group.requires))
+            pins = check_fixed_params(name, group.tools, gateway.group_entry(name).fixed_params)
+            for fn in group.tools:
+                tools.setdefault(fn, ServedTool(fn, name, group.resource_type, pins.get(fn.__name__, {})))
+    if gateway.dynamic_toolsets:
+        group = ToolRegistry.get_group(TOOLSETS_GROUP)
+        for fn in group.tools:
+            tools.setdefault(fn, ServedTool(fn, TOOLSETS_GROUP, group.resource_type))
+    served = list(tools.values())
+    return GatewayPlan(
+        served, list(requires), list(skipped), local_toolsets(gateway, served), gateway.dynamic_toolsets
+    )
+
+
+def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool]) -> list[ToolSet]:
+    """The tool sets of a gateway plan's registered tools, in gateway-file order."""
+    by_group: dict[str, list[str]] = {}
+    for tool in tools:
+        if tool.group != TOOLSETS_GROUP:
+            by_group.setdefault(tool.group, []).append(tool.fn.__name__)
+    sets = []
+    for name, names in by_group.items():
+        entry = gateway.group_entry(name)
+        group = ToolRegistry.get_group(name)
+        if not entry.active and not gateway.dynamic_toolsets:
+            logger.warning(
+                "tool group %s is written with active=false, which only matters with dynamic_toolsets; "
+                'it is served active. Set "dynamic_toolsets": true in the gateway file to start it inactive.',
+                name,
+            )
+        sets.append(
+            ToolSet(
+                name=name,
+                description=entry.description or group.description,
+                tools=tuple(names),
+                active=entry.active or not gateway.dynamic_toolsets,
+                source="local",
+                resource_type=group.resource_type,
+            )
+        )
+    return sets

@@ -1,0 +1,130 @@
+"""A comparison for people: the printed tables, one sentence per pairing, and comparison.md with its figure."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rollout.report.compare import CI_LEVEL, RIGHT_ABOVE, Comparison, MetricDiff, PairedComparison
+from rollout.report.compare_plot import plot_comparison
+from rollout.report.scoring import METRIC_NAMES
+
+logger = logging.getLogger(__name__)
+
+COMPARISON_MD = "comparison.md"
+COMPARISON_PNG = "comparison.png"
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _signed(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:+.{digits}f}"
+
+
+def _ci(d: MetricDiff) -> str:
+    return "-" if d.ci_low is None else f"[{_signed(d.ci_low)}, {_signed(d.ci_high)}]"
+
+
+def pair_sentence(p: PairedComparison) -> str:
+    """E.g. "sparse vs dense: EM +0.185 [95% CI +0.120, +0.250] on 200 shared questions; 41 wrong→right,
+    4 right→wrong; F1 +0.150 [...], contains ..., recall ..."."""
+    if not p.shared:
+        return f"{p.label} vs {p.baseline}: no shared question ids ({p.only_in_run} only in {p.label}, " \
+               f"{p.only_in_baseline} only in {p.baseline}); nothing to pair"
+    text = (
+        f"{p.label} vs {p.baseline}: EM {_signed(p.em_diff)} [{100 * CI_LEVEL:.0f}% CI {_signed(p.ci_low)}, "
+        f"{_signed(p.ci_high)}] on {p.shared} shared questions; {p.wrong_to_right} wrong→right, "
+        f"{p.right_to_wrong} right→wrong"
+    )
+    others = [f"{METRIC_NAMES[m]} {_signed(d.diff)} {_ci(d)}" for m, d in p.metrics.items()
+              if m != "exact_match" and d.diff is not None]
+    if others:
+        text += "; " + ", ".join(others)
+    if p.not_shared:
+        text += f"; {p.not_shared} question ids not shared ({p.only_in_run} only in {p.label}, " \
+                f"{p.only_in_baseline} only in {p.baseline})"
+    return text
+
+
+Table = tuple[str, list[str], list[list[str]]]
+"""(title, column headers, rows of cells): one shape for markdown and the terminal alike."""
+
+
+def comparison_tables(c: Comparison) -> list[Table]:
+    """The comparison's tables: per mode, tool calls per task, and against the baseline (every
+    metric with its CI, then the flips)."""
+    metrics = (
+        "per mode",
+        ["mode", "tasks", "scored", "EM", "F1", "contains", "recall", "calls/task", "tool p50 ms", "tool p95 ms",
+         "errors", "timeouts", "infra", "tokens/task"],
+        [[r.label, str(r.tasks), str(r.scored), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
+          _num(r.retrieval_recall), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
+          _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), _num(r.tokens_per_task, 1)]
+         for r in c.rows],
+    )
+    tools = c.tools
+    calls = (
+        "tool calls per task",
+        ["mode", *tools, "total"],
+        [[r.label, *(_num(r.calls_per_task.get(t, 0.0), 2) for t in tools), _num(r.total_calls_per_task, 2)]
+         for r in c.rows],
+    )
+    paired = (
+        f"against {c.baseline} (paired on shared questions, repeats averaged)",
+        ["mode", "metric", "questions", c.baseline, "mode value", "Δ", f"{100 * CI_LEVEL:.0f}% CI"],
+        [[p.label, METRIC_NAMES[m], str(d.questions), _num(d.baseline), _num(d.run), _signed(d.diff), _ci(d)]
+         for p in c.pairs for m, d in p.metrics.items()],
+    )
+    flips = (
+        f"flips against {c.baseline} (EM)",
+        ["mode", "shared", "wrong→right", "right→wrong", "not shared"],
+        [[p.label, str(p.shared), str(p.wrong_to_right), str(p.right_to_wrong), str(p.not_shared)] for p in c.pairs],
+    )
+    return [metrics, calls, paired, flips] if c.pairs else [metrics, calls]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_table(headers: list[str], rows: list[list[str]], *, numbers: bool = True) -> str:
+    """A markdown table; with `numbers`, every column after the first is right-aligned."""
+    lines = ["| " + " | ".join(map(_md_cell, headers)) + " |",
+             "|" + "|".join(["---", *["---:" if numbers else "---"] * (len(headers) - 1)]) + "|"]
+    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(c: Comparison, *, plot: str | None = None) -> str:
+    """comparison.md: a sentence per pair, the tables, the figure `plot` (a relative path) when
+    given, and the run folders."""
+    parts = [f"# Comparison of {len(c.rows)} runs", ""]
+    if c.pairs:
+        parts += [
+            f"Baseline: **{c.baseline}**. Differences are paired on the question ids both runs scored, "
+            f"each question's value averaged over its repeats; {100 * CI_LEVEL:.0f}% CIs are percentile "
+            f"bootstraps over those questions ({c.resamples:,} resamples, seed {c.seed}). For flips a question "
+            f"is right when its repeat-averaged EM is above {RIGHT_ABOVE}. Records that ended in error, timeout or "
+            + ("infra_error are scored as wrong answers." if c.score_failed else "infra_error are left out."), "",
+            *(f"- {pair_sentence(p)}" for p in c.pairs), "",
+        ]
+    for title, headers, rows in comparison_tables(c):
+        parts += [f"## {title[0].upper()}{title[1:]}", "", _md_table(headers, rows), ""]
+    if plot is not None:
+        parts += [f"![comparison]({plot})", ""]
+    parts += ["## Runs", "", _md_table(["mode", "folder"], [[r.label, str(r.run_dir)] for r in c.rows], numbers=False), ""]
+    return "\n".join(parts)
+
+
+def write_comparison(c: Comparison, out_dir: Path | str) -> list[Path]:
+    """Write comparison.png (when matplotlib is installed) and comparison.md into `out_dir`;
+    returns the paths written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    written.append(plot_comparison(c, out_dir / COMPARISON_PNG))
+    md = out_dir / COMPARISON_MD
+    md.write_text(render_markdown(c, plot=written[0].name if written else None), encoding="utf-8")
+    return [md, *written]

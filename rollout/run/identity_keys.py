@@ -1,0 +1,80 @@
+"""Which config keys are part of a run's identity, and how the overrides among them name its folder.
+
+`rollout.run.identity` uses these rules to fingerprint a run; `rollout.run.config` uses them to name
+the default output folder (`results/<experiment>/<mode>` plus `,key=value` per identity override), so
+a sweep over any axis gives one folder per job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+
+IDENTITY_ROOTS = (
+    "mode_name", "gateway_config_path", "system_prompt", "agent", "llm", "retriever", "dataset",
+    "gateway.default_top_k", "gateway.max_top_k", "repeats", "seed", "score_failed",
+)
+"""Config keys (and everything under them) that can change a result."""
+
+NOT_IDENTITY = (
+    "dataset.name", "dataset.limit", "retriever.kind", "retriever.dense.batch_size",
+    "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
+    "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
+)
+"""Keys under an identity root that change only speed, cost accounting or retries, or that name the run."""
+
+_IN_PATH_ALREADY = ("mode", "mode_name", "dataset", "experiment", "retriever")
+"""Overrides the default folder already shows (`mode`, `dataset` via the experiment) or that select only
+options the identity leaves out (`retriever=` sets `retriever.kind`)."""
+
+DEMO_ONLY = ("dataset.n_passages", "dataset.n_questions", "dataset.seed")
+"""Settings of the generated knowledge base; a file dataset ignores them."""
+
+_MAX_VALUE_CHARS = 24
+_MAX_SUFFIX_CHARS = 160
+HASH_CHARS = 8
+
+
+def is_under(key: str, roots: Iterable[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
+
+
+def is_identity_key(key: str, *, uses_llm: bool) -> bool:
+    """Whether the dotted config `key` is part of a run's identity (`llm.*` only for an agent that uses the LLM)."""
+    if not is_under(key, IDENTITY_ROOTS) or is_under(key, NOT_IDENTITY):
+        return False
+    return uses_llm or not is_under(key, ("llm",))
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _short_value(value: str) -> str:
+    """A filesystem-safe, readable rendering of an override's value; long ones end in a hash of the whole."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", value).strip("_") or "_"
+    if len(safe) > _MAX_VALUE_CHARS:
+        safe = f"{safe[:_MAX_VALUE_CHARS - HASH_CHARS - 1]}-{sha256_hex(value.encode())[:HASH_CHARS]}"
+    return safe
+
+
+def identity_overrides(overrides: Iterable[str], *, uses_llm: bool) -> list[str]:
+    """The overrides (`key=value`, in the given order) that change the run's identity, as folder-safe parts."""
+    parts = []
+    for override in overrides:
+        key, sep, value = str(override).partition("=")
+        key = key.lstrip("+~")
+        if not sep or key in _IN_PATH_ALREADY:
+            continue
+        if is_identity_key(key, uses_llm=uses_llm):
+            parts.append(f"{key}={_short_value(value)}")
+    return parts
+
+
+def run_suffix(parts: list[str]) -> str:
+    """`,part,part` appended to the mode in the default output folder; empty without parts."""
+    suffix = "".join("," + p for p in parts)
+    if len(suffix) > _MAX_SUFFIX_CHARS:  # a folder name must stay under the filesystem's 255 bytes
+        suffix = suffix[:_MAX_SUFFIX_CHARS - HASH_CHARS - 1] + "-" + sha256_hex(suffix.encode())[:HASH_CHARS]
+    return suffix

@@ -1,0 +1,5 @@
+import sys
+
+from rollout.view.cli import main
+
+sys.exit(main())
