@@ -14,6 +14,7 @@ from typing import Any
 from rollout.errors import ConfigError
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.tool_params import check_fixed_params
+from rollout.gateway.tools import builtin_registry
 from rollout.gateway.toolsets import ToolSet
 from rollout.gateway_file import GatewayFile
 from rollout.wire import TOOLSETS_GROUP
@@ -51,11 +52,12 @@ class GatewayPlan:
     """Tasks activate and deactivate sets (`dynamic_toolsets` in the gateway file)."""
 
 
-def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
-    """Resolve a gateway file's modules to tools; an unknown group in a served module, or a `fixed_params`
-    entry its tools do not take or whose value their schema rejects, raises `ConfigError`."""
-    ToolRegistry.autodiscover()
-    served_types = {ToolRegistry.get_group(g).resource_type for g in ToolRegistry.group_names()}
+def plan_gateway(gateway: GatewayFile, registry: ToolRegistry | None = None) -> GatewayPlan:
+    """Resolve a gateway file's modules to the tools of `registry` (default: the shipped tool groups); an
+    unknown group in a served module, or a `fixed_params` entry its tools do not take or whose value their
+    schema rejects, raises `ConfigError`."""
+    registry = registry if registry is not None else builtin_registry()
+    served_types = {registry.group(g).resource_type for g in registry.group_names}
     tools: dict[ToolFn, ServedTool] = {}
     requires: dict[str, None] = {}
     skipped: dict[str, None] = {}
@@ -69,22 +71,22 @@ def plan_gateway(gateway: GatewayFile) -> GatewayPlan:
                     f'tool group {TOOLSETS_GROUP!r} is served only with "dynamic_toolsets": true; '
                     "set it in the gateway file, which then adds the group by itself"
                 )
-            group = ToolRegistry.get_group(name)
+            group = registry.group(name)
             requires.update(dict.fromkeys(group.requires))
             pins = check_fixed_params(name, group.tools, gateway.group_entry(name).fixed_params)
             for fn in group.tools:
                 tools.setdefault(fn, ServedTool(fn, name, group.resource_type, pins.get(fn.__name__, {})))
     if gateway.dynamic_toolsets:
-        group = ToolRegistry.get_group(TOOLSETS_GROUP)
+        group = registry.group(TOOLSETS_GROUP)
         for fn in group.tools:
             tools.setdefault(fn, ServedTool(fn, TOOLSETS_GROUP, group.resource_type))
     served = list(tools.values())
     return GatewayPlan(
-        served, list(requires), list(skipped), local_toolsets(gateway, served), gateway.dynamic_toolsets
+        served, list(requires), list(skipped), local_toolsets(gateway, served, registry), gateway.dynamic_toolsets
     )
 
 
-def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool]) -> list[ToolSet]:
+def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool], registry: ToolRegistry) -> list[ToolSet]:
     """The tool sets of a gateway plan's registered tools, in gateway-file order."""
     by_group: dict[str, list[str]] = {}
     for tool in tools:
@@ -93,7 +95,7 @@ def local_toolsets(gateway: GatewayFile, tools: Iterable[ServedTool]) -> list[To
     sets = []
     for name, names in by_group.items():
         entry = gateway.group_entry(name)
-        group = ToolRegistry.get_group(name)
+        group = registry.group(name)
         if not entry.active and not gateway.dynamic_toolsets:
             logger.warning(
                 "tool group %s is written with active=false, which only matters with dynamic_toolsets; "

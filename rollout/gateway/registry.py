@@ -1,18 +1,15 @@
-"""Tool registry: decorator-registered tool groups, read by the gateway.
+"""Tool registry: named groups of tool functions that gateway files switch on.
 
-Registration at import is the registry's only mutation. The gateway asks it which
-functions belong to the groups a gateway file names and builds its own tool list, so
-nothing downstream needs resetting between runs or tests.
+The gateway asks its registry which functions belong to the groups a gateway file names and
+builds its own tool list from them; the registry itself is never changed by serving.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import pkgutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from rollout.errors import UnknownToolGroupError
 
@@ -52,83 +49,70 @@ def _first_line(fn: ToolFn) -> str:
 
 
 class ToolRegistry:
-    """Class-level registry of tool groups; use `register_tool(group)` as a decorator."""
+    """The tool groups one gateway can serve; a group is switched on by naming it in a gateway file.
 
-    _groups: ClassVar[dict[str, ToolGroup]] = {}
-    _discovered: ClassVar[set[str]] = set()
+    A registry is an object the gateway owns (as the MCP SDK's server owns its `ToolManager`): the
+    shipped groups are added by `rollout.gateway.tools.builtin_registry()`, and a program serving its own
+    tools builds a registry, adds them, and passes it to `build_gateway(..., registry=...)`.
+    """
 
-    @classmethod
-    def register_tool(
-        cls,
+    def __init__(self) -> None:
+        self._groups: dict[str, ToolGroup] = {}
+
+    def add(
+        self,
         group: str,
+        fn: ToolFn,
         *,
         resource_type: str = "rag",
         requires: Iterable[str] = (),
         description: str | None = None,
-    ) -> Callable[[ToolFn], ToolFn]:
-        """Register the decorated function as a tool of `group`.
+    ) -> ToolFn:
+        """Add `fn` as a tool of `group` and return it.
 
-        `description` describes the whole group (a tool set the model can read about); without
-        one the group is described by the first docstring line of its tools.
+        `description` describes the whole group (a tool set the model can read about); without one the
+        group is described by the first docstring line of its tools. A group has one resource type and one
+        description: adding a tool that disagrees is a `ValueError`.
         """
+        existing = self._groups.get(group)
+        if existing is not None and existing.resource_type != resource_type:
+            raise ValueError(
+                f"tool group {group!r} is registered as {existing.resource_type!r}, "
+                f"cannot add {fn.__name__} as {resource_type!r}"
+            )
+        tools = existing.tools if existing else ()
+        if fn not in tools:
+            tools = (*tools, fn)
+        summary = existing.summary if existing else None
+        if description is not None and summary is not None and description != summary:
+            raise ValueError(
+                f"tool group {group!r} already has the description {summary!r}; "
+                f"{fn.__name__} gives another one. Describe a group once."
+            )
+        needs = tuple(dict.fromkeys((*(existing.requires if existing else ()), *requires)))
+        self._groups[group] = ToolGroup(group, resource_type, needs, tools, description or summary)
+        logger.debug("registered tool %s in group %s", fn.__name__, group)
+        return fn
+
+    def tool(
+        self, group: str, *, resource_type: str = "rag", requires: Iterable[str] = (), description: str | None = None
+    ) -> Callable[[ToolFn], ToolFn]:
+        """Decorator form of `add`: `@registry.tool("my_group")`."""
         if callable(group):
             raise TypeError(
-                "register_tool takes a group name: write @ToolRegistry.register_tool('group'), "
-                "not @ToolRegistry.register_tool. Did you forget to call it?"
+                "tool() takes a group name: write @registry.tool('group'), not @registry.tool. "
+                "Did you forget to call it?"
             )
+        return lambda fn: self.add(group, fn, resource_type=resource_type, requires=requires, description=description)
 
-        def decorator(fn: ToolFn) -> ToolFn:
-            existing = cls._groups.get(group)
-            if existing is not None and existing.resource_type != resource_type:
-                raise ValueError(
-                    f"tool group {group!r} is registered as {existing.resource_type!r}, "
-                    f"cannot add {fn.__name__} as {resource_type!r}"
-                )
-            tools = existing.tools if existing else ()
-            if fn not in tools:
-                tools = (*tools, fn)
-            summary = existing.summary if existing else None
-            if description is not None and summary is not None and description != summary:
-                raise ValueError(
-                    f"tool group {group!r} already has the description {summary!r}; "
-                    f"{fn.__name__} gives another one. Describe a group once."
-                )
-            needs = tuple(dict.fromkeys((*(existing.requires if existing else ()), *requires)))
-            cls._groups[group] = ToolGroup(group, resource_type, needs, tools, description or summary)
-            logger.debug("registered tool %s in group %s", fn.__name__, group)
-            return fn
+    @property
+    def group_names(self) -> list[str]:
+        """Registered groups, in registration order."""
+        return list(self._groups)
 
-        return decorator
-
-    @classmethod
-    def autodiscover(cls, package: str = "rollout.gateway.tools") -> None:
-        """Import every module of `package` so its decorators run."""
-        if package in cls._discovered:
-            return
-        pkg = importlib.import_module(package)
-        for info in pkgutil.iter_modules(pkg.__path__, prefix=f"{package}."):
-            importlib.import_module(info.name)
-        cls._discovered.add(package)
-
-    @classmethod
-    def group_names(cls) -> list[str]:
-        return list(cls._groups)
-
-    @classmethod
-    def get_group(cls, name: str) -> ToolGroup:
+    def group(self, name: str) -> ToolGroup:
+        """A registered group; an `UnknownToolGroupError` lists the known ones."""
         try:
-            return cls._groups[name]
+            return self._groups[name]
         except KeyError:
-            raise UnknownToolGroupError(name, cls._groups) from None
-
-    @classmethod
-    def get_tools_by_group(cls, name: str) -> list[ToolFn]:
-        return list(cls.get_group(name).tools)
-
-    @classmethod
-    def get_tools_by_config(cls, module: Mapping[str, Any]) -> list[ToolFn]:
-        """Tools of the groups a gateway module names, de-duplicated, in order."""
-        ordered: dict[ToolFn, None] = {}
-        for name in module.get("tool_groups", []):
-            ordered.update(dict.fromkeys(cls.get_tools_by_group(name)))
-        return list(ordered)
+            raise UnknownToolGroupError(name, self._groups) from None

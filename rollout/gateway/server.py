@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 from rollout.gateway.app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
+from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware
 from rollout.gateway.timeout import CallTimeout
 from rollout.gateway.tool_params import bind_tool
@@ -40,13 +41,13 @@ class GatewayState:
 
 def build_gateway(
     gateway: GatewayFile, kb: KnowledgeBase, collector: StatsCollector | None = None, *,
-    tool_timeout_s: float | None = None,
+    tool_timeout_s: float | None = None, registry: ToolRegistry | None = None,
 ) -> GatewayServer:
     """An MCPServer with only the configured tools (local and upstream), stats middleware, /healthz and the proxy.
 
     Upstream sessions open when the server runs (`serve`, `make_uvicorn`, or `server.running()`).
     """
-    plan = plan_gateway(gateway)
+    plan = plan_gateway(gateway, registry)
     if plan.skipped_resource_types:
         logger.warning(
             "Skipping modules this gateway does not serve: %s", ", ".join(plan.skipped_resource_types)

@@ -12,6 +12,7 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway.tools import builtin_registry
 from rollout.gateway.toolsets import (
     MAX_TASK_STATES,
     TOOLSET_TOOLS,
@@ -62,32 +63,30 @@ def _meta(task: str, call: str | None = None, run: str | None = None, attempt: i
 
 
 def test_group_descriptions_are_registered_or_taken_from_docstrings():
-    ToolRegistry.autodiscover()
-    assert ToolRegistry.get_group("rag_query").description == (
-        "[Dense Search] Semantic vector search over the knowledge base."
-    )
-    assert ToolRegistry.get_group("rag_search").description.startswith("Document search:")
-    assert "activate" in ToolRegistry.get_group("toolsets").description
+    registry = builtin_registry()
+    assert registry.group("rag_query").description == "[Dense Search] Semantic vector search over the knowledge base."
+    assert registry.group("rag_search").description.startswith("Document search:")
+    assert "activate" in registry.group("toolsets").description
 
 
-def test_group_description_defaults_to_each_tools_first_docstring_line(monkeypatch):
-    monkeypatch.setattr(ToolRegistry, "_groups", dict(ToolRegistry._groups))  # registrations here are undone
+def test_group_description_defaults_to_each_tools_first_docstring_line():
+    registry = ToolRegistry()
 
-    @ToolRegistry.register_tool("_test_pair")
+    @registry.tool("_test_pair")
     def first() -> None:
         """Does one thing.
 
         More detail the group description leaves out."""
 
-    @ToolRegistry.register_tool("_test_pair")
+    @registry.tool("_test_pair")
     def second() -> None:
         """Does another thing."""
 
-    assert ToolRegistry.get_group("_test_pair").description == "Does one thing. Does another thing."
-    ToolRegistry.register_tool("_test_pair", description="A pair of tools.")(first)
-    assert ToolRegistry.get_group("_test_pair").description == "A pair of tools."
+    assert registry.group("_test_pair").description == "Does one thing. Does another thing."
+    registry.add("_test_pair", first, description="A pair of tools.")
+    assert registry.group("_test_pair").description == "A pair of tools."
     with pytest.raises(ValueError, match="Describe a group once"):
-        ToolRegistry.register_tool("_test_pair", description="Something else.")(second)
+        registry.add("_test_pair", second, description="Something else.")
 
 
 def test_shipped_dynamic_file_plans_one_record_per_group():

@@ -16,6 +16,9 @@ from rollout.gateway.tool_params import KBDefault
 Query = Annotated[str, Field(description="What to search for: a question, keywords or a name")]
 MaxFiles = Annotated[int, Field(description="How many documents to return, 1 to 50")]
 MaxTokens = Annotated[int, Field(description="Budget of whitespace-separated words to return")]
+SEARCH_DESCRIPTION = "Document search: rank whole documents by keyword (BM25) relevance, without their text."
+RECALL_DESCRIPTION = "Recall: read the passages of documents most relevant to a query, within a word budget."
+
 DocIds = Annotated[
     list[str] | None,
     Field(description="Documents to read (doc_id values from search_documents); leave out or pass [] to "
@@ -27,11 +30,6 @@ def _kb(ctx: Context) -> KnowledgeBase:
     return ctx.request_context.lifespan_context.kb
 
 
-@ToolRegistry.register_tool(
-    "rag_search",
-    requires=("sparse",),
-    description="Document search: rank whole documents by keyword (BM25) relevance, without their text.",
-)
 def search_documents(
     query: Query, ctx: Context, max_files: MaxFiles = KBDefault("default_max_files")
 ) -> DocumentSearchResult:
@@ -46,11 +44,6 @@ def search_documents(
         raise ToolError(str(e)) from e
 
 
-@ToolRegistry.register_tool(
-    "rag_recall",
-    requires=("sparse",),
-    description="Recall: read the passages of documents most relevant to a query, within a word budget.",
-)
 def recall_documents(
     query: Query, ctx: Context, max_tokens: MaxTokens = 4000, doc_ids: DocIds = None
 ) -> Annotated[CallToolResult, RecallResult]:
@@ -68,3 +61,9 @@ def recall_documents(
         content=[TextContent(type="text", text=result.render())],
         structured_content=result.model_dump(mode="json"),
     )
+
+
+def register(registry: ToolRegistry) -> None:
+    """Add this module's tool groups to `registry`."""
+    registry.add("rag_search", search_documents, requires=("sparse",), description=SEARCH_DESCRIPTION)
+    registry.add("rag_recall", recall_documents, requires=("sparse",), description=RECALL_DESCRIPTION)

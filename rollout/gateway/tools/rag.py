@@ -26,7 +26,6 @@ def _search(ctx: Context, kind: str, query: str, top_k: int | None) -> SearchRes
         raise ToolError(str(e)) from e
 
 
-@ToolRegistry.register_tool("rag_query", requires=("dense",))
 def query_knowledge_base_dense(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
     """[Dense Search] Semantic vector search over the knowledge base.
 
@@ -36,7 +35,6 @@ def query_knowledge_base_dense(query: Query, ctx: Context, top_k: TopK = TOP_K_D
     return _search(ctx, "dense", query, top_k)
 
 
-@ToolRegistry.register_tool("rag_query_sparse", requires=("sparse",))
 def query_knowledge_base_sparse(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
     """[Sparse Search] Keyword (BM25) search over the knowledge base.
 
@@ -46,7 +44,6 @@ def query_knowledge_base_sparse(query: Query, ctx: Context, top_k: TopK = TOP_K_
     return _search(ctx, "sparse", query, top_k)
 
 
-@ToolRegistry.register_tool("rag_query_hybrid", requires=("hybrid",))
 def query_knowledge_base_hybrid(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
     """[Hybrid Search] Semantic and keyword (BM25) search fused by reciprocal rank.
 
@@ -54,3 +51,10 @@ def query_knowledge_base_hybrid(query: Query, ctx: Context, top_k: TopK = TOP_K_
     names and identifiers as well as paraphrased questions.
     """
     return _search(ctx, "hybrid", query, top_k)
+
+
+def register(registry: ToolRegistry) -> None:
+    """Add this module's tool groups to `registry`."""
+    registry.add("rag_query", query_knowledge_base_dense, requires=("dense",))
+    registry.add("rag_query_sparse", query_knowledge_base_sparse, requires=("sparse",))
+    registry.add("rag_query_hybrid", query_knowledge_base_hybrid, requires=("hybrid",))

@@ -32,7 +32,6 @@ def _task(ctx: Context) -> ToolsetScope:
     return toolset_scope_of(ctx.request_context.params)
 
 
-@ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
 async def list_toolsets(ctx: Context) -> ToolSetsResult:
     """List the tool sets: name, description, tools, and whether each is active for you now.
 
@@ -41,13 +40,11 @@ async def list_toolsets(ctx: Context) -> ToolSetsResult:
     return _catalog(ctx).describe(_task(ctx))
 
 
-@ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
 async def activate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
     """Activate a tool set so that its tools can be called from your next step on."""
     return _switch(ctx, name, active=True)
 
 
-@ToolRegistry.register_tool(TOOLSETS_GROUP, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
 async def deactivate_toolset(name: SetName, ctx: Context) -> ToolSetsResult:
     """Deactivate a tool set: its tools are no longer offered or callable until activated again."""
     return _switch(ctx, name, active=False)
@@ -60,3 +57,10 @@ def _switch(ctx: Context, name: str, *, active: bool) -> ToolSetsResult:
     except ValueError as e:
         raise ToolError(str(e)) from e
     return catalog.describe(task, changed=name)
+
+
+def register(registry: ToolRegistry) -> None:
+    """Add this module's tool groups to `registry`."""
+    registry.add(TOOLSETS_GROUP, list_toolsets, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
+    registry.add(TOOLSETS_GROUP, activate_toolset, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
+    registry.add(TOOLSETS_GROUP, deactivate_toolset, resource_type=TOOLSETS_GROUP, description=_DESCRIPTION)
