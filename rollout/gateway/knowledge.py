@@ -2,27 +2,23 @@
 
 Passage search ranks passages with one index. Document search and recall work on source
 documents (`Passage.source_id`): `search_documents` ranks passages with the sparse index and
-keeps each document's best passage score; `recall_documents` takes the passages of chosen
-documents, splits long ones into chunks of `chunk_tokens` whitespace tokens, re-ranks the
-chunks with BM25 computed over those chunks alone, and returns them best first up to a budget of
-whitespace tokens (the chunk that crosses the budget is cut to fit, and the rest left out).
+keeps each document's best passage score; `recall_documents` checks its arguments and hands the
+passages of the chosen documents to `rollout.retrieval.recall` (chunk, re-rank, cut to the budget).
+This module holds the tools' result models and argument limits; the retrieval itself is in
+`rollout.retrieval`.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from rollout.records import Passage
 from rollout.retrieval import Retriever
-from rollout.retrieval.tokenizer import tokenize_batch
-
-_BM25_K1 = 1.5
-_BM25_B = 0.75
+from rollout.retrieval.recall import recall
 
 
 class PassageHit(BaseModel):
@@ -203,59 +199,19 @@ class KnowledgeBase:
                 )
         else:
             docs = [hit.doc_id for hit in self.search_documents(query).results]
-        chunks = [c for doc in docs for row in doc_rows[doc] for c in self._chunks(row)]
-        scores = _bm25_scores(query, [f"{title}\n{text}" for _, _, title, text in chunks], self._tokenizer_options())
-        order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
-        results: list[RecalledPassage] = []
-        used = 0
-        for i in order:
-            if used >= max_tokens:
-                break
-            row, number, title, text = chunks[i]
-            words = text.split()
-            truncated = used + len(words) > max_tokens
-            if truncated:
-                words = words[: max_tokens - used]
-                text = " ".join(words)
-            used += len(words)
-            p = self.passages[row]
-            results.append(
-                RecalledPassage(id=p.id, doc_id=p.source_id, chunk=number, title=title, text=text, score=scores[i],
-                                rank=len(results) + 1, tokens=len(words), truncated=truncated)
-            )
+        passages = [self.passages[row] for doc in docs for row in doc_rows[doc]]
+        kept = recall(query, passages, max_tokens=max_tokens, chunk_tokens=self.chunk_tokens, **self._bm25_options())
+        results = [
+            RecalledPassage(id=c.passage.id, doc_id=c.passage.source_id, chunk=c.chunk, title=c.passage.title,
+                            text=c.text, score=c.score, rank=rank, tokens=c.tokens, truncated=c.truncated)
+            for rank, c in enumerate(kept, start=1)
+        ]
+        used = sum(c.tokens for c in kept)
         return RecallResult(query=query, doc_ids=docs, max_tokens=max_tokens, total_tokens=used, results=results)
 
-    def _chunks(self, row: int) -> list[tuple[int, int, str, str]]:
-        """(row, chunk number, title, text) of a passage: itself, or pieces of `chunk_tokens` words."""
-        p = self.passages[row]
-        words = p.text.split()
-        if len(words) <= self.chunk_tokens:
-            return [(row, 0, p.title, p.text)]
-        size = self.chunk_tokens
-        return [(row, i, p.title, " ".join(words[start : start + size]))
-                for i, start in enumerate(range(0, len(words), size))]
-
-    def _tokenizer_options(self) -> dict[str, bool]:
+    def _bm25_options(self) -> dict[str, Any]:
+        """Recall re-ranks with the sparse index's tokenizer and BM25 parameters (defaults without one)."""
         params = getattr(self.retrievers.get("sparse"), "params", None)
-        return {"stopwords": getattr(params, "stopwords", True), "stemming": getattr(params, "stemming", False)}
-
-
-def _bm25_scores(query: str, texts: Sequence[str], options: dict[str, bool]) -> list[float]:
-    """Okapi BM25 of `query` against each text, with document frequencies taken over `texts` only.
-
-    IDF is ln(1 + (N - df + 0.5) / (df + 0.5)), which stays positive however few texts there are.
-    """
-    if not texts:
-        return []
-    query_terms, *docs = tokenize_batch([query, *texts], **options)
-    counts = [Counter(d) for d in docs]
-    df = Counter(term for c in counts for term in c)
-    n = len(docs)
-    avg_len = sum(len(d) for d in docs) / n or 1.0
-    terms = list(dict.fromkeys(query_terms))
-    idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
-    scores = []
-    for doc, c in zip(docs, counts, strict=True):
-        norm = _BM25_K1 * (1.0 - _BM25_B + _BM25_B * len(doc) / avg_len)
-        scores.append(sum(idf[t] * c[t] * (_BM25_K1 + 1.0) / (c[t] + norm) for t in terms if c[t]))
-    return scores
+        if params is None:
+            return {}
+        return {"k1": params.k1, "b": params.b, "stopwords": params.stopwords, "stemming": params.stemming}
