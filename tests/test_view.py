@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from rollout.view import cli as view
 from rollout.events import (
     CompletionEvent,
     ErrorEvent,
@@ -20,6 +19,7 @@ from rollout.events import (
     ToolResultEvent,
 )
 from rollout.records import TaskResult
+from rollout.view import cli as view
 from rollout.view.render import format_live_event
 
 T0 = 1_700_000_000.0

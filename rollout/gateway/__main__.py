@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rollout.errors import ConfigError, RolloutError
-from rollout.gateway.app import MCP_PATHS
+from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import bind_socket, build_gateway, serve

@@ -15,7 +15,7 @@ from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from rollout.gateway.app import GatewayServer, gateway_app, mcp_path
+from rollout.gateway.http_app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.registry import ToolRegistry
