@@ -134,6 +134,8 @@ class McpSession:
         except BaseException:
             if not ready.done() or ready.cancelled() or ready.exception() is not None:
                 await self._abandon()
+                if ready.done() and not ready.cancelled():
+                    ready.exception()  # retrieved: the owner's "closed before it opened" when the opener was cancelled
             raise
 
     async def _abandon(self) -> None:
