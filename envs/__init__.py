@@ -1,4 +1,8 @@
-"""Client side of MCP: environments that offer a gateway's tools to agents."""
+"""Client side of MCP: environments that offer a gateway's tools to agents.
+
+Nothing re-exported here imports the MCP SDK at import time (see envs.mcp_transport), so
+`import envs` stays light for Ray workers; keep it so when adding names.
+"""
 
 from envs.http_mcp_env import HttpMCPEnv
 from envs.http_mcp_rag_env import HttpMCPRagEnv

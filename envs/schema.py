@@ -19,12 +19,14 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from mcp_types import Tool
-
 from rollout.errors import SchemaError
+
+if TYPE_CHECKING:
+    # Annotations only: importing mcp_types costs ~0.5 s, which the env's import (Ray workers) need not pay.
+    from mcp_types import Tool
 
 __all__ = [
     "FALLBACK_PARAMETERS",

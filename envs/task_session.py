@@ -3,23 +3,41 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rollout.events import EventLog, ToolCallEvent, ToolResultEvent
 from rollout.records import ToolCallRecord, ToolResult
 from rollout.wire import TOOLSETS_GROUP
 
 if TYPE_CHECKING:
-    from envs.http_mcp_env import HttpMCPEnv
+    from rollout.gateway_file import GatewayFile
 
 EVENT_TEXT_LIMIT = 2000
 """Characters of a tool result kept in its event; the full text stays in the agent's messages."""
 
 
+class ToolSurface(Protocol):
+    """What a task session needs of its environment (`HttpMCPEnv` is one); a protocol, so this module
+    does not import the environment that creates its sessions."""
+
+    gateway_config: GatewayFile
+    system_prompt: str
+    tool_specs: list[dict[str, Any]]
+
+    def tool_specs_for(self, active_groups: Iterable[str]) -> list[dict[str, Any]]: ...
+
+    def group_of(self, tool_name: str) -> str | None: ...
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], task_id: str, call_id: str | None = None, attempt: int = 1
+    ) -> tuple[ToolResult, ToolCallRecord]: ...
+
+
 class TaskSession:
     """One task's view of an environment (implements `rollout.agents.base.TaskTools`)."""
 
-    def __init__(self, env: HttpMCPEnv, task_id: str, events: EventLog | None = None, attempt: int = 1):
+    def __init__(self, env: ToolSurface, task_id: str, events: EventLog | None = None, attempt: int = 1):
         self.env = env
         self.task_id = task_id
         self.attempt = attempt

@@ -54,7 +54,8 @@ from mcp_types import CallToolResult
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from envs.mcp_session import HeldClient, describe
+from envs.mcp_session import McpSession
+from envs.mcp_transport import describe
 from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID, META_WORKER_ID, classify_result
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ class ToolProxy:
     """The proxy route's handler, over one in-process MCP session to `server` (opened by `start`)."""
 
     def __init__(self, server: MCPServer, security: TransportSecuritySettings | None = None):
-        self._session = HeldClient(server, name="http-proxy")
+        # In-process, so it does not break; were it to, reopening it would be harmless.
+        self._session = McpSession(server, name="http-proxy", label="the tool proxy", log=logger)
         self._security = TransportSecurityMiddleware(security)
 
     def protect(self, security: TransportSecuritySettings | None) -> None:

@@ -17,9 +17,10 @@ Failures:
 - a tool whose input schema cannot be converted for function calling (a `$ref` that points
   nowhere): served with the plain schema `{"type": "object"}` and a warning naming the tool,
   so one odd tool neither stops the gateway nor every environment that lists it;
-- the upstream dies later: its calls answer with an `is_error` result marked
-  `_meta["rollout/outcome"] = "upstream_unavailable"` (the HTTP proxy answers 502); the next call
-  after `retry_interval_s` tries to open a new session, so a restarted upstream comes back.
+- the upstream dies later: its calls answer at once with an `is_error` result marked
+  `_meta["rollout/outcome"] = "upstream_unavailable"` (the HTTP proxy answers 502), while the
+  session (an `envs.mcp_session.McpSession`) reopens itself in the background with backoff, at
+  least every `retry_interval_s`, so a restarted upstream comes back by itself.
 
 Built from the SDK's public seams: an `Extension` intercepts `tools/call` for upstream tool
 names (below the runner's envelope pass, so results are serialized like local ones), and a
@@ -28,21 +29,18 @@ server middleware appends the upstream tools to `tools/list`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-import httpx2
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolRequestParams, CallToolResult, TextContent, Tool
+from mcp_types import REQUEST_TIMEOUT, CallToolRequestParams, CallToolResult, TextContent, Tool
 
-from envs.mcp_session import HeldClient, describe
+from envs.mcp_session import McpSession
+from envs.mcp_transport import describe, is_transport_failure, root_cause
 from envs.schema import FALLBACK_PARAMETERS, input_schema_to_parameters
 from rollout.errors import ConfigError, GatewayError, SchemaError
 from rollout.gateway.toolsets import ToolSet
@@ -64,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
 _FORWARDED_META = (META_CALL_ID, META_TASK_ID, META_WORKER_ID, META_ATTEMPT, META_RUN_ID)
-_TRANSPORT_ERRORS = (httpx2.HTTPError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError,
-                     anyio.EndOfStream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +98,11 @@ class UpstreamToolSet:
         self.retry_interval_s = retry_interval_s
         self.tools: list[Tool] = []
         """The upstream's tools as this gateway lists them (schemas unchanged, `_meta` tagged)."""
-        self._session = HeldClient(spec.url, read_timeout_s=read_timeout_s, name=f"upstream-{spec.name}")
-        self._lock = asyncio.Lock()
-        self._retry_after = 0.0
+        self._session = McpSession(
+            spec.url, name=f"Upstream {spec.name}", peer=f"the upstream MCP server {spec.url}",
+            label=f"upstream {spec.name!r}", read_timeout_s=read_timeout_s, open_timeout_s=connect_timeout_s,
+            backoff_cap_s=retry_interval_s, log=logger,
+        )
 
     async def start(self) -> None:
         """Open the session and list the tools; a `GatewayError` names the URL when that fails."""
@@ -150,42 +148,20 @@ class UpstreamToolSet:
 
     async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> CallToolResult:
         """Forward one call; a dead upstream gives an `upstream_unavailable` error result, never an exception."""
-        client = await self._client()
+        client, generation = self._session.current()
         if client is None:
+            # No waiting for the session to come back: the agent gets the error now and may try again.
             return self._unavailable(describe(self._session.error))
         try:
             result = await client.call_tool(name, arguments, meta=meta or None)
-        except MCPError as e:
-            if e.code == REQUEST_TIMEOUT:
+        except Exception as e:  # transport failures surface as httpx2/anyio/OS errors, often grouped
+            if isinstance(e, MCPError) and e.code == REQUEST_TIMEOUT:
                 return _error_result(f"upstream MCP server {self.spec.url} did not answer {name} in time: {e}")
-            if e.code != CONNECTION_CLOSED:
+            if not is_transport_failure(e):
                 raise
-            return await self._dropped(e)
-        except _TRANSPORT_ERRORS as e:
-            return await self._dropped(e)
+            self._session.report_broken(generation, e)  # the session reopens itself
+            return self._unavailable(describe(root_cause(e)))
         return _without_server_info(result)
-
-    async def _client(self) -> Any:
-        if self._session.client is not None:
-            return self._session.client
-        async with self._lock:
-            if self._session.client is not None:
-                return self._session.client
-            if time.monotonic() < self._retry_after:
-                return None
-            try:
-                await self._session.open(self.connect_timeout_s)
-            except Exception as e:
-                self._session.error = self._session.error or e
-                self._retry_after = time.monotonic() + self.retry_interval_s
-                return None
-            logger.info("Upstream %s at %s is back", self.spec.name, self.spec.url)
-            return self._session.client
-
-    async def _dropped(self, e: BaseException) -> CallToolResult:
-        self._session.error = e
-        await self._session.close()
-        return self._unavailable(describe(e))
 
     def _unavailable(self, reason: str) -> CallToolResult:
         s = self.spec
