@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from rollout.paths import CONF_DIR
 from rollout.records import Passage, Question
 from rollout.retrieval import Hits
-from rollout.retrieval.evaluate import run_eval, score_hits
+from rollout.retrieval.evaluate import RetrieverScores, print_table, run_eval, score_hits
 
 PASSAGES = [Passage(f"p{i}", f"T{i}", text) for i, text in enumerate(["alpha", "beta Kelmor", "gamma", "delta"])]
 
@@ -57,6 +58,18 @@ def test_app_compares_all_retrievers(tmp_path):
         assert 0.3 < r.hit[20] <= 1.0 and 0 < r.mrr <= 1.0
     saved = json.loads((tmp_path / "retrieval_eval.json").read_text())
     assert [r["retriever"] for r in saved] == ["dense", "sparse", "hybrid"]
+    table = list(csv.DictReader((tmp_path / "retrieval_eval.csv").open()))
+    assert [(r["retriever"], float(r["hit@20"])) for r in table] == [(s.retriever, s.hit[20]) for s in rows]
+
+
+def test_piped_table_keeps_every_header_whole(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "40")
+    ks = [1, 5, 10, 20]
+    row = RetrieverScores("sparse", 30, "passages", dict.fromkeys(ks, 0.5), dict.fromkeys(ks, 0.75), 0.6, 120.0)
+    print_table([row])
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("┃ retriever"))
+    assert [cell.strip() for cell in header.strip("┃").split("┃")] == [
+        "retriever", *(f"recall@{k}" for k in ks), *(f"hit@{k}" for k in ks), "MRR", "q/s"]
 
 
 @pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])

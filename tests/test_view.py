@@ -145,6 +145,18 @@ def test_table_lists_every_task_with_status_and_em(tmp_path):
     assert "EM 0.400" in footer and "2 tool calls" in footer
 
 
+def test_piped_table_prints_long_answers_whole(tmp_path, monkeypatch, capsys):
+    # No console passed: the viewer's own, writing to a captured (non-terminal) stdout.
+    monkeypatch.setenv("COLUMNS", "60")
+    long_answer = " ".join(f"word{i}" for i in range(10))  # as long as the table shows answers (60 chars)
+    task = TaskResult(id="q-long", question="?", golden_answers=["x"], prediction=long_answer, tool_calls=[], turns=1,
+                      error=None, worker_id="w", latency_s=0.1)
+    assert view.main([str(write_run(tmp_path / "run", [task, wrong()]))]) == 0
+    out = capsys.readouterr().out
+    assert row_of(out, "q-long")[7] == long_answer
+    assert "prediction / error" in out
+
+
 @pytest.mark.parametrize(
     ("args", "shown"),
     [

@@ -5,7 +5,9 @@
 Serves the built-in demo knowledge base unless `--corpus` names a FlashRAG jsonl corpus.
 MCP is at http://HOST:PORT/mcp (or /sse with `--transport sse`), the flat-parameter proxy at
 POST /proxy/tools/NAME/call, the health check at /healthz. With a token (`$ROLLOUT_GATEWAY_TOKEN`
-or `--auth-token`) every route requires `Authorization: Bearer TOKEN`.
+or `--auth-token`) every route requires `Authorization: Bearer TOKEN`. Tool-call stats are recorded
+only with `--output-dir DIR` (DIR/tool_stats, with its report.json written when the gateway stops):
+nothing is written into the working directory unless asked.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from rollout.gateway.server import bind_socket, build_gateway, serve
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, default_cache_dir
-from rollout.report import write_tool_report
 from rollout.retrieval.params import RetrievalParams
 from rollout.run_folder import STATS_DIR
 from rollout.wire import TOKEN_ENV, resolve_token
@@ -36,8 +37,8 @@ from rollout.wire import TOKEN_ENV, resolve_token
 logger = logging.getLogger("rollout.gateway")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m rollout.gateway", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="gateway file (JSON), e.g. conf/gateways/rag_hybrid.json")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port to bind; 0 picks a free one")
@@ -46,7 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--demo-questions", type=int, default=200, help="demo question count (fixes the demo KB's cache key)")
     p.add_argument("--demo-seed", type=int, default=0)
     p.add_argument("--cache-dir", type=Path, default=None, help="index cache (default $ROLLOUT_CACHE_DIR or ~/.cache/rollout)")
-    p.add_argument("--output-dir", type=Path, default=Path("."), help="tool-call stats go to OUTPUT_DIR/tool_stats")
+    p.add_argument("--output-dir", type=Path, default=None,
+                   help="record tool-call stats in OUTPUT_DIR/tool_stats and write its report.json on exit "
+                        "(default: no stats are recorded)")
     p.add_argument(
         "--retriever-config", type=Path, default=CONF_DIR / "retriever" / "default.yaml",
         help="index parameters (YAML or JSON, the shape of conf/retriever/default.yaml)",
@@ -62,7 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="answer a tool call still running after this many seconds with an error (outcome timeout)")
     p.add_argument("--ready-file", type=Path, help="write the MCP URL here once the port is bound")
     p.add_argument("--log-level", default="INFO")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def load_knowledge_base(args: argparse.Namespace, requires: list[str]) -> KnowledgeBase:
@@ -91,8 +98,9 @@ def load_retrieval_params(path: Path) -> RetrievalParams:
     return RetrievalParams.from_dict(raw if isinstance(raw, dict) else {})
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gateway") -> int:
+    """Serve until stopped (Ctrl-C, SIGTERM); a bad gateway file, port or option prints one line and returns 2."""
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Per-call detail goes to tool stats; the SDK would log every rejected argument too.
     logging.getLogger("mcp").setLevel(logging.WARNING)
@@ -113,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if token is None and not _is_loopback(args.host):
         logger.warning("Serving on %s without a token: anyone who can reach the port can call the tools. "
                        "Set %s to require one.", args.host, TOKEN_ENV)
-    collector = StatsCollector(args.output_dir / STATS_DIR)
+    collector = StatsCollector(args.output_dir / STATS_DIR) if args.output_dir is not None else None
+    if collector is None:
+        logger.info("Tool-call stats are not recorded: pass --output-dir DIR to keep them in DIR/%s", STATS_DIR)
     host, port = sock.getsockname()[:2]
     # uvicorn re-raises the signal that stopped it; exiting through Python keeps the report step.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -128,9 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        collector.close()
-        write_tool_report(args.output_dir)
+        if collector is not None:
+            collector.close()
+            write_report(args.output_dir)
     return 0
+
+
+def write_report(output_dir: Path) -> None:
+    """tool_stats/report.json from the ledger just closed, as a run writes it."""
+    # Imported here: the report needs pandas, which a serving gateway has no use for.
+    from rollout.report.tool_stats import write_tool_report
+
+    write_tool_report(output_dir)
 
 
 def _is_loopback(host: str) -> bool:

@@ -1,4 +1,4 @@
-"""`python -m rollout.report tool-stats PATH...` and `... compare DIR...`: reports rebuilt from run folders.
+"""`python -m rollout.report tool-stats PATH...` and `... compare DIR...` (also `rollout report ...`): reports rebuilt from run folders.
 
 Subcommands are argparse subparsers, each with its own `run` function, so another report is
 one more `add_parser` call.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rollout.console import ReadableConsole
 from rollout.errors import NotARunFolderError, ReportError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
@@ -131,8 +131,8 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rollout.report", description="Reports rebuilt from run folders.")
+def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Reports rebuilt from run folders.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     tool_stats = commands.add_parser(
         "tool-stats",
@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     tool_stats.set_defaults(run=run_tool_stats)
     compare = commands.add_parser(
         "compare",
-        help="metrics per mode and paired differences of every metric against a baseline; writes comparison.md and comparison.png",
+        help="metrics per mode and paired differences of every metric against a baseline; writes comparison.md, "
+             "comparison.png, comparison.json and comparison.csv",
     )
     compare.add_argument(
         "paths", nargs="+", metavar="DIR",
@@ -159,18 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _console() -> Console:
-    # Piped output (no terminal, no COLUMNS) would otherwise be cut at 80 columns.
-    wide = sys.stdout.isatty() or os.environ.get("COLUMNS")
-    return Console(width=None if wide else 160)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rollout.report") -> int:
     """Run one subcommand; user errors print one line to stderr and return 2."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     try:
-        return args.run(args, _console())
+        return args.run(args, ReadableConsole())
     except (ReportError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

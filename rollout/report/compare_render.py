@@ -1,9 +1,14 @@
-"""A comparison for people: the printed tables, one sentence per pairing, and comparison.md with its figure."""
+"""A comparison for people and programs: the printed tables, one sentence per pairing, comparison.md with its
+figure, and the same numbers as comparison.json and comparison.csv."""
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rollout.report.compare import CI_LEVEL, RIGHT_ABOVE, Comparison, MetricDiff, PairedComparison
 from rollout.report.compare_plot import plot_comparison
@@ -13,6 +18,8 @@ logger = logging.getLogger(__name__)
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
+COMPARISON_JSON = "comparison.json"
+COMPARISON_CSV = "comparison.csv"
 
 
 def _num(v: float | None, digits: int = 3) -> str:
@@ -118,13 +125,42 @@ def render_markdown(c: Comparison, *, plot: str | None = None) -> str:
     return "\n".join(parts)
 
 
+def comparison_json(c: Comparison) -> dict[str, Any]:
+    """Every number of the printed tables, unrounded: the runs' rows and each pair's metric differences and flips."""
+    return {
+        "baseline": c.baseline, "ci_level": CI_LEVEL, "resamples": c.resamples, "seed": c.seed,
+        "score_failed": c.score_failed,
+        "runs": [{**asdict(r), "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task}
+                 for r in c.rows],
+        "pairs": [{**asdict(p), "not_shared": p.not_shared} for p in c.pairs],
+    }
+
+
+def _write_csv(c: Comparison, path: Path) -> None:
+    """The per-mode table, one row per run, tool calls per task in a column per tool."""
+    fields = ["label", "mode", "run_dir", "tasks", "scored", "repeats", "exact_match", "f1", "contains_answer",
+              "retrieval_recall", *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
+              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "tokens_per_task"]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for r in c.rows:
+            row = {k: v for k, v in asdict(r).items() if k != "calls_per_task"}
+            row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools}
+            writer.writerow({**row, "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task})
+
+
 def write_comparison(c: Comparison, out_dir: Path | str) -> list[Path]:
-    """Write comparison.png (when matplotlib is installed) and comparison.md into `out_dir`;
-    returns the paths written."""
+    """Write comparison.png (when matplotlib is installed), comparison.md, comparison.json and comparison.csv
+    into `out_dir`; returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     written.append(plot_comparison(c, out_dir / COMPARISON_PNG))
     md = out_dir / COMPARISON_MD
     md.write_text(render_markdown(c, plot=written[0].name if written else None), encoding="utf-8")
-    return [md, *written]
+    data = out_dir / COMPARISON_JSON
+    data.write_text(json.dumps(comparison_json(c), indent=2) + "\n", encoding="utf-8")
+    table = out_dir / COMPARISON_CSV
+    _write_csv(c, table)
+    return [md, *written, data, table]

@@ -28,6 +28,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 
@@ -189,7 +190,7 @@ def _repeats_line(summary: dict[str, Any]) -> str | None:
 
 
 def print_summary(summary: dict[str, Any], out_dir: Path, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or ReadableConsole()  # piped or redirected, the table still prints whole
     m = summary["metrics"]
     partial = "" if summary.get("complete", True) else " (interrupted)"
     scored = summary.get("scored", summary["n"])

@@ -1,6 +1,9 @@
 """Retrieval quality without an agent: recall@k, hit@k and MRR of each retriever on a question set.
 
-    python -m rollout.retrieval.evaluate retriever=dense dataset.limit=50
+    python -m rollout.retrieval.evaluate retriever=dense dataset.limit=50     (also: rollout eval-retrieval ...)
+
+Prints the table and writes it as retrieval_eval.json and retrieval_eval.csv, beside Hydra's log,
+into `output_dir` (default results/retrieval_eval/<dataset>; a sweep puts one subfolder per job there).
 
 Against the questions' gold passages (`metadata.gold_doc_ids`, matched on passage or source
 document id) where they carry them; otherwise a hit is a top-k passage containing a gold
@@ -9,6 +12,7 @@ answer (normalised), and recall is not defined.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import sys
@@ -20,12 +24,15 @@ from typing import Any
 
 import hydra
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from rollout.console import ReadableConsole
 from rollout.data import load_corpus
 from rollout.errors import RolloutError
+from rollout.hydra_argv import hydra_argv
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.records import Passage, Question
 from rollout.report.metrics import normalize_answer
@@ -35,6 +42,8 @@ from rollout.run.dataset import DatasetConfig, prepare_data
 logger = logging.getLogger(__name__)
 
 KINDS = ("dense", "sparse", "hybrid")
+RESULTS_JSON = "retrieval_eval.json"
+RESULTS_CSV = "retrieval_eval.csv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +108,7 @@ def evaluate(retrievers: dict[str, Retriever], questions: Sequence[Question], pa
 
 
 def print_table(rows: Sequence[RetrieverScores], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or ReadableConsole()
     ks = sorted(rows[0].hit) if rows else []
     table = Table(title=f"retrieval · {rows[0].n if rows else 0} questions · gold = {rows[0].gold if rows else '-'}",
                   title_justify="left")
@@ -116,8 +125,30 @@ def print_table(rows: Sequence[RetrieverScores], console: Console | None = None)
     console.print(table)
 
 
-def run_eval(cfg: DictConfig) -> list[RetrieverScores]:
+def write_results(rows: Sequence[RetrieverScores], out_dir: Path) -> list[Path]:
+    """The printed table as retrieval_eval.json (typed, one object per retriever) and retrieval_eval.csv."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = [{**asdict(r), "recall": {str(k): v for k, v in r.recall.items()},
+                "hit": {str(k): v for k, v in r.hit.items()}} for r in rows]
+    (out_dir / RESULTS_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    ks = sorted(rows[0].hit) if rows else []
+    with (out_dir / RESULTS_CSV).open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["retriever", "n", "gold", *(f"recall@{k}" for k in ks), *(f"hit@{k}" for k in ks), "mrr",
+                         "queries_per_s"])
+        for r in rows:
+            writer.writerow([r.retriever, r.n, r.gold, *("" if r.recall[k] is None else r.recall[k] for k in ks),
+                             *(r.hit[k] for k in ks), r.mrr, r.queries_per_s])
+    return [out_dir / RESULTS_JSON, out_dir / RESULTS_CSV]
+
+
+def run_eval(cfg: DictConfig, out_dir: Path | str | None = None) -> list[RetrieverScores]:
+    """Evaluate, print the table, write it into `out_dir` (default: the config's `output_dir`)."""
     c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    target = out_dir or c.get("output_dir")
+    if not target:
+        raise RolloutError("output_dir is not set: pass output_dir=DIR (default results/retrieval_eval/<dataset>)")
+    out = Path(target)
     cache_dir = Path(c["cache_dir"]) if c.get("cache_dir") else default_cache_dir()
     kind = c["retriever"].get("kind", "all")
     kinds = list(KINDS) if kind == "all" else [kind]
@@ -127,23 +158,27 @@ def run_eval(cfg: DictConfig) -> list[RetrieverScores]:
     passages = load_corpus(data.corpus_path)
     built = load_or_build_indexes(passages, cache_dir, which=kinds, params=RetrievalParams.from_dict(c["retriever"]))
     rows = evaluate({k: built[k] for k in kinds}, data.questions, passages, [int(k) for k in c["ks"]])
-    print_table(rows)
-    if c.get("output_dir"):
-        out = Path(c["output_dir"])
-        out.mkdir(parents=True, exist_ok=True)
-        payload = [{**asdict(r), "recall": {str(k): v for k, v in r.recall.items()},
-                    "hit": {str(k): v for k, v in r.hit.items()}} for r in rows]
-        (out / "retrieval_eval.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    console = ReadableConsole()
+    print_table(rows, console)
+    write_results(rows, out)
+    console.print(f"Results: {out.resolve()}", markup=False, highlight=False)
     return rows
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="retrieval_eval")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     try:
-        run_eval(cfg)
+        # The job's own folder: `output_dir` for one job, a subfolder of it per job of a sweep.
+        run_eval(cfg, HydraConfig.get().runtime.output_dir)
     except RolloutError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> None:
+    """`python -m rollout.retrieval.evaluate OVERRIDES...` (also `rollout eval-retrieval`); argv goes to Hydra."""
+    with hydra_argv(list(sys.argv[1:] if argv is None else argv), prog):
+        hydra_main()
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 
 import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from rollout.errors import RolloutError, RunInterrupted
+from rollout.hydra_argv import hydra_argv
 from rollout.paths import CONF_DIR
 from rollout.run.config import RunConfig
 from rollout.run.driver import run
@@ -52,10 +54,15 @@ def token_on_command_line(args: list[str]) -> str | None:
     return None
 
 
-def main() -> None:
-    """`python -m rollout OVERRIDES...`."""
-    if key := token_on_command_line(sys.argv[1:]):
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> None:
+    """`python -m rollout OVERRIDES...` (also `rollout run`): argv defaults to the process's command line.
+
+    Everything in argv goes to Hydra: `key=value` overrides, `-m` for a sweep, `--help`, `--cfg job`.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if key := token_on_command_line(args):
         print(f"error: {key}= on the command line would be written to multirun.yaml and Hydra's logs; "
               f"export {TOKEN_ENV}=<token> instead (or pass {key}='${{oc.env:YOUR_VARIABLE}}')", file=sys.stderr)
         sys.exit(2)
-    hydra_main()
+    with hydra_argv(args, prog):
+        hydra_main()

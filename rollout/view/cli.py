@@ -1,4 +1,4 @@
-"""`python -m rollout.view PATH [--task ID]`: look at a run's trajectory in the terminal.
+"""`python -m rollout.view PATH [--task ID]` (also `rollout view`): look at a run's trajectory in the terminal.
 
 Without `--task` it prints a table of the tasks; with it, it replays one task event by event;
 with `--follow` it tails a running run and prints a line per task as it finishes. Rendering
@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from rich.console import Console
 from rich.text import Text
 
+from rollout.console import ReadableConsole
 from rollout.errors import ViewError
 from rollout.records import TaskResult
 from rollout.run_folder import TRAJECTORY_FILE
@@ -225,9 +226,9 @@ def show_task(file: Path, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m rollout.view") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m rollout.view",
+        prog=prog,
         description="Show a run's tasks as a table, replay one task's events, or follow a running run.",
     )
     parser.add_argument("path", metavar="PATH", help="run folder (holding trajectory.jsonl) or a trajectory.jsonl file")
@@ -241,16 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _console() -> Console:
-    # Piped output (no terminal, no COLUMNS) would otherwise be cut at 80 columns.
-    wide = sys.stdout.isatty() or os.environ.get("COLUMNS")
-    return Console(width=None if wide else 160, highlight=False)
-
-
-def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
+def main(argv: Sequence[str] | None = None, console: Console | None = None, *,
+         prog: str = "python -m rollout.view") -> int:
     """Run the viewer; a bad path, line or id prints one line to stderr and returns 2."""
-    args = build_parser().parse_args(argv)
-    console = console or _console()
+    args = build_parser(prog).parse_args(argv)
+    console = console or ReadableConsole(highlight=False)
     try:
         if args.follow:
             path = Path(args.path)

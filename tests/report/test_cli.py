@@ -1,4 +1,4 @@
-"""`python -m rollout.report tool-stats PATH...`: tables printed, files rewritten, one-line errors."""
+"""`python -m rollout.report tool-stats PATH...`: tables printed (whole, even piped), files rewritten, one-line errors."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, make_run
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "220"}
+def cli(*args: str | Path, columns: str = "220") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": columns}
     return subprocess.run(
         [sys.executable, "-m", "rollout.report", *map(str, args)],
-        capture_output=True, text=True, cwd=PROJECT, env=env, timeout=120,
+        check=False, capture_output=True, text=True, cwd=PROJECT, env=env, timeout=120,
     )
 
 
@@ -85,3 +85,24 @@ def test_a_subcommand_is_required():
     result = cli()
     assert result.returncode == 2
     assert "tool-stats" in result.stderr or "COMMAND" in result.stderr
+
+
+def headers(out: str, first: str) -> list[list[str]]:
+    """The header cells of each table printed whose first column is `first`."""
+    return [[cell.strip() for cell in line.strip("┃").split("┃")]
+            for line in out.splitlines() if line.startswith(f"┃ {first} ")]
+
+
+def test_piped_tables_are_printed_whole_however_narrow_the_columns(tmp_path):
+    run = make_run(tmp_path, "run_a", GATEWAY_CALLS, TASKS, mode="hybrid")
+    result = cli("tool-stats", run, columns="40")
+    assert result.returncode == 0, result.stderr
+    per_tool, retrieval = headers(result.stdout, "tool_name")
+    assert per_tool == ["tool_name", "calls", "failed", "success", "p50 ms", "p95 ms", "p99 ms", "rtt p50", "rtt p95",
+                        "rtt p99", "failures"]
+    assert retrieval[-3:] == ["queries", "repeated", "repeat share"]
+    result = cli("compare", run, "--out", tmp_path / "cmp", columns="40")
+    assert result.returncode == 0, result.stderr
+    assert headers(result.stdout, "mode")[0][-4:] == ["errors", "timeouts", "infra", "tokens/task"]
+    # Every table it prints is also written for programs.
+    assert (tmp_path / "cmp" / "comparison.json").is_file() and (tmp_path / "cmp" / "comparison.csv").is_file()

@@ -10,12 +10,22 @@ Failed tasks are not scored, so the questions both runs scored are t0..t8: 5 wro
 
 from __future__ import annotations
 
+import csv
+import json
+
 import numpy as np
 import pytest
 
 from rollout.errors import NotARunFolderError, ReportError
 from rollout.report.compare import bootstrap_ci, compare_runs, find_runs
-from rollout.report.compare_render import COMPARISON_MD, COMPARISON_PNG, comparison_tables, write_comparison
+from rollout.report.compare_render import (
+    COMPARISON_CSV,
+    COMPARISON_JSON,
+    COMPARISON_MD,
+    COMPARISON_PNG,
+    comparison_tables,
+    write_comparison,
+)
 from tests.report.runs import DENSE, SPARSE, write_jsonl
 from tests.report.test_cli import cli
 
@@ -174,7 +184,7 @@ def test_a_half_written_line_is_skipped_with_a_warning(runs, caplog):
 
 def test_files_are_written(runs, tmp_path):
     written = write_comparison(compare_runs(runs), tmp_path / "out")
-    assert sorted(p.name for p in written) == [COMPARISON_MD, COMPARISON_PNG]
+    assert sorted(p.name for p in written) == sorted([COMPARISON_CSV, COMPARISON_JSON, COMPARISON_MD, COMPARISON_PNG])
     md = (tmp_path / "out" / COMPARISON_MD).read_text()
     assert "sparse vs dense: EM +0.333 [95% CI " in md
     assert "on 9 shared questions; 5 wrong→right, 2 right→wrong; F1 +0.333 [" in md
@@ -184,6 +194,15 @@ def test_files_are_written(runs, tmp_path):
     assert "| sparse | recall | 0 | - | - | - | - |" in md
     png = (tmp_path / "out" / COMPARISON_PNG).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    # The same numbers for programs: unrounded in the JSON, the per-mode table in the CSV.
+    data = json.loads((tmp_path / "out" / COMPARISON_JSON).read_text())
+    assert data["baseline"] == "dense" and [r["label"] for r in data["runs"]] == ["dense", "sparse"]
+    (pair,) = data["pairs"]
+    assert pair["label"] == "sparse" and pair["shared"] == 9 and pair["not_shared"] == 2
+    assert pair["wrong_to_right"] == 5 and pair["metrics"]["contains_answer"]["diff"] == pytest.approx(0.778 - 0.444, abs=1e-3)
+    rows = list(csv.DictReader((tmp_path / "out" / COMPARISON_CSV).open()))
+    assert [(r["label"], r["tasks"], r["scored"], float(r["exact_match"])) for r in rows] == [
+        ("dense", "11", "10", pytest.approx(0.4)), ("sparse", "12", "10", pytest.approx(0.8))]
 
 
 def test_cli_compares_a_parent_folder_and_writes_beside_the_runs(runs):

@@ -1,0 +1,111 @@
+"""`rollout COMMAND ...`: one command for runs, the gateway, reports, the viewer and retrieval evaluation.
+
+Each subcommand hands the rest of the command line to the module `python -m` runs, so both forms
+behave alike. The rule for arguments: commands that compose `conf/` (run, eval-retrieval) take
+Hydra `key=value` overrides (and Hydra's `-m`, `--help`, `--cfg job`); commands that read files and
+folders (gateway, report, view) take positional paths and `--kebab-case` options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+def _run(argv: list[str], prog: str) -> int | None:
+    from rollout.run.app import main
+
+    return main(argv, prog=prog)
+
+
+def _gateway(argv: list[str], prog: str) -> int | None:
+    from rollout.gateway.__main__ import main
+
+    return main(argv, prog=prog)
+
+
+def _report(argv: list[str], prog: str) -> int | None:
+    from rollout.report.cli import main
+
+    return main(argv, prog=prog)
+
+
+def _view(argv: list[str], prog: str) -> int | None:
+    from rollout.view.cli import main
+
+    return main(argv, prog=prog)
+
+
+def _eval_retrieval(argv: list[str], prog: str) -> int | None:
+    from rollout.retrieval.evaluate import main
+
+    return main(argv, prog=prog)
+
+
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """One `rollout NAME ...` and the `python -m` command it stands for."""
+
+    name: str
+    module: str
+    """What `python -m` runs for it."""
+    arguments: str
+    """Usage after the name."""
+    help: str
+    hydra: bool
+    """Takes Hydra overrides of conf/ (else argparse paths and --options)."""
+    run: Callable[[list[str], str], int | None]
+    """main(argv, prog) of the module; None means success."""
+
+
+SUBCOMMANDS = {
+    c.name: c
+    for c in (
+        Subcommand("run", "rollout", "[KEY=VALUE ...] [-m]", "run an experiment (conf/config.yaml)", True, _run),
+        Subcommand("gateway", "rollout.gateway", "--config FILE [--port N ...]", "serve the MCP gateway on its own",
+                   False, _gateway),
+        Subcommand("report", "rollout.report", "{tool-stats,compare} PATH ...",
+                   "tool-call statistics of run folders, or runs compared side by side", False, _report),
+        Subcommand("view", "rollout.view", "RUN [--task ID | --follow ...]",
+                   "a run's tasks as a table, one task replayed, or a running run followed", False, _view),
+        Subcommand("eval-retrieval", "rollout.retrieval.evaluate", "[KEY=VALUE ...] [-m]",
+                   "recall@k, hit@k and MRR of each retriever, no agent (conf/retrieval_eval.yaml)", True,
+                   _eval_retrieval),
+    )
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: it only picks the subcommand; each subcommand parses its own arguments."""
+    lines = [f"  rollout {c.name} {c.arguments}".ljust(58) + f"= python -m {c.module}" for c in SUBCOMMANDS.values()]
+    parser = argparse.ArgumentParser(
+        prog="rollout",
+        description="One command for runs, the gateway, reports, the viewer and retrieval evaluation.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join([
+            "commands and their python -m equivalents:", *lines, "",
+            "run and eval-retrieval take Hydra key=value overrides of conf/ (and -m, --help, --cfg job);",
+            "gateway, report and view take paths and --kebab-case options. `rollout COMMAND --help` for each.",
+        ]),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for c in SUBCOMMANDS.values():
+        commands.add_parser(c.name, help=c.help, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch `rollout COMMAND ARGS...` to COMMAND's module with ARGS; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not args or args[0] not in SUBCOMMANDS:
+        parser.parse_args(args[:1])  # prints help (--help) or the usage error naming the commands, and exits
+    command = SUBCOMMANDS[args[0]]
+    code = command.run(args[1:], f"rollout {command.name}")
+    return 0 if code is None else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Every command line README.md and conf/ show works as written.
+
+Collected from README.md's code blocks and from the comments of conf/**/*.yaml (and any string in
+conf/gateways/*.json) that start with `python -m rollout` or `rollout `. Each is checked the way
+its command reads it: Hydra commands (run, eval-retrieval) are composed against conf/ with Hydra's
+compose API, a `-m` sweep split into its jobs first; argparse commands (gateway, report, view)
+are parsed by their own parser. The cheap ones, report and view, also run, against run folders
+made here under the paths the documentation uses. Runs, sweeps and gateways are not started:
+whole runs are tested elsewhere, and the README's quickstart lines are run by CI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+import rollout.cli
+from rollout.gateway.__main__ import build_parser as gateway_parser
+from rollout.paths import CONF_DIR, PROJECT_ROOT
+from rollout.records import TaskResult
+from rollout.report.cli import build_parser as report_parser
+from rollout.run.app import token_on_command_line
+from rollout.view.cli import build_parser as view_parser
+
+PREFIXES = ("python -m rollout", "rollout ")
+HYDRA_CONFIGS = {"run": "config", "eval-retrieval": "retrieval_eval"}
+"""The config each Hydra command composes."""
+PARSERS = {"gateway": gateway_parser, "report": report_parser, "view": view_parser}
+BY_MODULE = {c.module: name for name, c in rollout.cli.SUBCOMMANDS.items()}
+HYDRA_FLAGS = {"-m", "--multirun"}
+
+
+@dataclass(frozen=True, slots=True)
+class Documented:
+    """One documented command line, as `rollout COMMAND ARGS`."""
+
+    where: str
+    """file:line it was read from."""
+    text: str
+    command: str
+    args: list[str]
+
+    @property
+    def sweep(self) -> bool:
+        return any(a in HYDRA_FLAGS for a in self.args)
+
+
+def parse_command(where: str, text: str) -> Documented:
+    """`python -m MODULE ARGS` or `rollout COMMAND ARGS`, as the shell splits it (comments dropped)."""
+    words = shlex.split(text, comments=True)
+    if words[:2] == ["python", "-m"]:
+        command = BY_MODULE.get(words[2])
+        assert command is not None, f"{where}: python -m {words[2]} has no rollout command: {text}"
+        return Documented(where, text, command, words[3:])
+    assert words[0] == "rollout" and len(words) > 1 and words[1] in rollout.cli.SUBCOMMANDS, \
+        f"{where}: not a rollout command: {text}"
+    return Documented(where, text, words[1], words[2:])
+
+
+def _is_command(text: str) -> bool:
+    return text.startswith(PREFIXES)
+
+
+def readme_commands(path: Path = PROJECT_ROOT / "README.md") -> Iterator[Documented]:
+    """Lines of fenced code blocks, a trailing backslash joining the next line, `&&` splitting commands."""
+    in_block, pending, start = False, "", 0
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip().startswith("```"):
+            in_block, pending = not in_block, ""
+            continue
+        if not in_block:
+            continue
+        if not pending:
+            start = lineno
+        text = pending + line.strip()
+        if text.endswith("\\"):
+            pending = text[:-1] + " "
+            continue
+        pending = ""
+        for part in text.split("&&"):
+            if _is_command(part.strip()):
+                yield parse_command(f"README.md:{start}", part.strip())
+
+
+def conf_commands(conf: Path = CONF_DIR) -> Iterator[Documented]:
+    """Comment lines of conf/**/*.yaml that are commands, and strings in conf/gateways/*.json that are."""
+    for path in sorted(conf.rglob("*.yaml")):
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            comment = line.partition("#")[2].strip() if "#" in line else ""
+            if _is_command(comment):
+                yield parse_command(f"{path.relative_to(PROJECT_ROOT)}:{lineno}", comment)
+    for path in sorted((conf / "gateways").glob("*.json")):
+        for text in _strings(json.loads(path.read_text(encoding="utf-8"))):
+            if _is_command(text.strip()):
+                yield parse_command(str(path.relative_to(PROJECT_ROOT)), text.strip())
+
+
+def conf_overrides(conf: Path = CONF_DIR) -> Iterator[Documented]:
+    """Overrides a group option's comments show as "on the command line: 'key=value'", with the option selected."""
+    for path in sorted(conf.glob("*/*.yaml")):
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if m := re.search(r"""#.*on the command line: ('[^']*'|"[^"]*"|[^\s.]+)""", line):
+                where = f"{path.relative_to(PROJECT_ROOT)}:{lineno}"
+                selection = f"{path.parent.name}={path.stem}"
+                yield Documented(where, m.group(1), "run", [selection, *shlex.split(m.group(1))])
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+DOCUMENTED = [*readme_commands(), *conf_commands(), *conf_overrides()]
+
+
+def test_the_documentation_shows_every_command_and_the_column_mapping():
+    # The extraction itself can fail: every command is documented somewhere, and the corpus column
+    # mapping of conf/dataset/files.yaml is among the checked lines.
+    assert {d.command for d in DOCUMENTED} == set(rollout.cli.SUBCOMMANDS)
+    assert any("dataset.corpus.columns={id: doc_key, text: body}" in d.args for d in DOCUMENTED)
+    assert any(d.sweep and d.command == "run" for d in DOCUMENTED)
+
+
+def hydra_jobs(d: Documented) -> list[list[str]]:
+    """The override list of each job the command runs: one, or one per combination of a sweep."""
+    overrides = [a for a in d.args if a not in HYDRA_FLAGS]
+    assert not [a for a in overrides if a.startswith("-")], f"{d.where}: a flag Hydra would not take: {d.text}"
+    if not d.sweep:
+        return [overrides]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    return jobs
+
+
+@pytest.mark.parametrize("d", [d for d in DOCUMENTED if d.command in HYDRA_CONFIGS], ids=lambda d: d.where)
+def test_hydra_commands_compose(d: Documented):
+    # Composed configs are in struct mode: an override of a key that does not exist fails here too.
+    assert token_on_command_line(d.args) is None, f"{d.where}: the run would refuse this token"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        for job in hydra_jobs(d):
+            compose(HYDRA_CONFIGS[d.command], overrides=job)
+
+
+@pytest.mark.parametrize("d", [d for d in DOCUMENTED if d.command in PARSERS], ids=lambda d: d.where)
+def test_argparse_commands_parse(d: Documented):
+    try:
+        PARSERS[d.command](f"rollout {d.command}").parse_args(d.args)
+    except SystemExit as e:
+        pytest.fail(f"{d.where}: `{d.text}` does not parse (exit {e.code})")
+
+
+# --- the cheap ones, run as written against run folders made where the documentation points ---------------
+
+
+def task(i: int, mode: str) -> TaskResult:
+    right = i % 2 == 0 or (mode == "hybrid" and i % 3 == 0)
+    return TaskResult(id=f"q{i}", question=f"question {i}?", golden_answers=[f"a{i}"],
+                      prediction=f"a{i}" if right else "wrong", tool_calls=[], turns=1, error=None, worker_id="w0",
+                      latency_s=0.1)
+
+
+@pytest.fixture
+def documented_results(tmp_path, monkeypatch) -> Path:
+    """results/demo/{dense,sparse,hybrid} in a fresh working directory, each with a trajectory of q0..q19."""
+    monkeypatch.chdir(tmp_path)
+    for mode in ("dense", "sparse", "hybrid"):
+        run = tmp_path / "results" / "demo" / mode
+        (run / "tool_stats").mkdir(parents=True)
+        (run / "trajectory.jsonl").write_text("".join(json.dumps(task(i, mode).to_json()) + "\n" for i in range(20)))
+        (run / "config.yaml").write_text(f"mode_name: {mode}\n")
+        (run / "tool_stats" / "realtime_calls.jsonl").write_text("")
+    return tmp_path
+
+
+def runs_cheaply(d: Documented) -> bool:
+    return d.command in ("report", "view") and "--follow" not in d.args  # --follow waits for Ctrl-C
+
+
+@pytest.mark.parametrize("d", [d for d in DOCUMENTED if runs_cheaply(d)], ids=lambda d: d.where)
+def test_report_and_view_commands_run(d: Documented, documented_results, capsys):
+    assert rollout.cli.main([d.command, *d.args]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out
