@@ -37,7 +37,8 @@ class EnvSpec:
     gateway_config_path: str
     """The gateway file, which says which tools the environment offers."""
     system_prompt: str | None = None
-    """The mode's instructions; None keeps the environment's own."""
+    """The mode's instructions. None is passed on as None, which gives `HttpMCPEnv`'s generic prompt
+    (as a config without one always did), not the RAG env's default for a missing argument."""
     call_timeout_s: float = 60.0
     """How long one tool call may wait for the gateway."""
     auth_token: str | None = field(default=None, repr=False)
