@@ -38,7 +38,7 @@ from rollout.paths import PROJECT_ROOT, default_cache_dir
 from rollout.records import Question, TaskResult
 from rollout.run.config import RunConfig, compose_run_config
 from rollout.run.dataset import prepare_data
-from rollout.run.driver import env_kwargs_for, gateway_for_run
+from rollout.run.driver import env_spec_for, gateway_for_run
 from rollout.run.scheduler import PlannedTask, Scheduler
 
 PEAK_FILE_ENV = "ROLLOUT_BENCH_PEAK_FILE"
@@ -62,7 +62,7 @@ def throughput(cfg: RunConfig, url: str, questions: list[Question], concurrency:
         arrivals.append(time.perf_counter())
 
     tasks = many(questions, max(3, tasks_per_slot) * concurrency)
-    scheduler = Scheduler(run_cfg, env_kwargs_for(run_cfg, url, run_id="bench"), on_result=on_result)
+    scheduler = Scheduler(run_cfg, env_spec_for(run_cfg, url, run_id="bench"), on_result=on_result)
     scheduler.run([PlannedTask(q) for q in tasks])
     # Steady state: between the first and the last wave, when `concurrency` tasks are in flight.
     # The actors' start-up (once per run, seconds) and the ramp-down at the end are left out.

@@ -8,9 +8,9 @@ the driver when a run is started with `watch=true`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 ErrorKind = Literal["error", "timeout", "cancelled"]
 
@@ -73,7 +73,7 @@ class ToolResultEvent(Event):
     name: str
     ok: bool
     outcome: str
-    """`rollout.records.Outcome`: ok, tool_error, invalid_arguments, unknown_tool, timeout, transport_error."""
+    """`rollout.wire.Outcome`: ok, tool_error, invalid_arguments, unknown_tool, timeout, transport_error."""
     text: str
     """The result text the agent saw (the error message when not ok)."""
     latency_ms: float
@@ -98,14 +98,18 @@ class ErrorEvent(Event):
     message: str
 
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.type: cls
-    for cls in (LLMOutputEvent, LLMThinkingEvent, ToolCallEvent, ToolResultEvent, CompletionEvent, ErrorEvent)
-}
+AnyEvent = LLMOutputEvent | LLMThinkingEvent | ToolCallEvent | ToolResultEvent | CompletionEvent | ErrorEvent
+"""Every concrete event, discriminated by its `type` in JSON: what `TaskResult.events` holds. Code that
+reads events matches on the class; `event_from_json` picks the class by `type`."""
+
+EVENT_TYPES: dict[str, type[AnyEvent]] = {cls.type: cls for cls in get_args(AnyEvent)}
 
 
-def event_from_json(data: dict[str, Any]) -> Event:
-    """The typed event of a stored dict; an unknown `type` raises ValueError naming the known ones."""
+def event_from_json(data: Mapping[str, Any]) -> AnyEvent:
+    """The typed event of a stored dict; an unknown `type` raises ValueError naming the known ones, a
+    missing or unknown field TypeError."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"an event is a JSON object, not {type(data).__name__}")
     kind = data.get("type")
     cls = EVENT_TYPES.get(str(kind))
     if cls is None:
@@ -113,7 +117,7 @@ def event_from_json(data: dict[str, Any]) -> Event:
     return cls(**{k: v for k, v in data.items() if k != "type"})
 
 
-Listener = Callable[[str, Event], None]
+Listener = Callable[[str, AnyEvent], None]
 """Called with (task_id, event) as each event is emitted (live watching)."""
 
 
@@ -126,16 +130,13 @@ class EventLog:
 
     def __init__(self, task_id: str, listener: Listener | None = None) -> None:
         self.task_id = task_id
-        self.events: list[Event] = []
+        self.events: list[AnyEvent] = []
         self._listener = listener
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: AnyEvent) -> None:
         self.events.append(event)
         if self._listener is not None:
             self._listener(self.task_id, event)
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [e.to_json() for e in self.events]
 
     def usage(self) -> dict[str, float]:
         """Tokens of the LLM outputs so far, summed; empty (not zero) when the endpoint reported none."""

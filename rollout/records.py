@@ -6,9 +6,12 @@ and the workers; they become JSON only at file edges (`to_json` / `from_json`)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from copy import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from rollout.events import AnyEvent, event_from_json
 from rollout.wire import Outcome
 
 TaskStatus = Literal["ok", "error", "timeout", "infra_error"]
@@ -131,10 +134,34 @@ class ToolCallRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolCallRecord:
+        """A tool call of a trajectory line. `name`, `ok`, `outcome` and `latency_ms` are what every
+        reader needs and must be there (TypeError otherwise); the rest default (`_CALL_DEFAULTS`),
+        so lines written before `result_doc_ids` existed, or written by hand, still read."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a tool call record is a JSON object, not {type(data).__name__}")
+        missing = [k for k in cls.__dataclass_fields__ if k not in data and k not in _CALL_DEFAULTS]
+        if missing:
+            raise TypeError(f"tool call record without {', '.join(missing)}")
+        # A copy of a default: records must not share one mutable list or dict.
+        return cls(**{k: data[k] if k in data else copy(_CALL_DEFAULTS[k]) for k in cls.__dataclass_fields__})
+
+
+_CALL_DEFAULTS: dict[str, Any] = {
+    "call_id": "", "arguments": {}, "error": None, "started": 0.0, "result_ids": [], "result_doc_ids": [],
+    "reached_gateway": True,
+}
+"""Values of the tool call fields a stored line may lack. `result_doc_ids` came later; its absence
+means no document ids were recorded, which is what scoring has always read it as."""
+
 
 @dataclass(slots=True)
 class TaskResult:
-    """What happened on one task, scored later by `rollout.report.scoring`."""
+    """What happened on one task, scored later by `rollout.report.scoring`.
+
+    Built by `answered` or `failed`; Ray carries it from the worker to the driver as is, and it
+    becomes JSON only as a trajectory line (`to_json`, read back by `from_json`)."""
 
     id: str
     """Task id from the question file."""
@@ -144,8 +171,8 @@ class TaskResult:
     """Accepted answers (the agent never saw these)."""
     prediction: str
     """The agent's final answer ("" on error)."""
-    tool_calls: list[dict[str, Any]]
-    """`envs.ToolCallRecord` dicts: name, arguments, latency, ok, outcome, error, result ids."""
+    tool_calls: list[ToolCallRecord]
+    """The task's tool calls as the client saw them, in the order they were made."""
     turns: int
     """Policy steps taken."""
     error: str | None
@@ -162,7 +189,7 @@ class TaskResult:
     """See `TaskStatus`; only `ok` tasks are scored by default."""
     usage: dict[str, float] = field(default_factory=dict)
     """Token usage of the task (prompt_tokens, completion_tokens, total_tokens, cost_usd when priced)."""
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[AnyEvent] = field(default_factory=list)
     """`rollout.events` of the task in order (llm_output, tool_call, tool_result, completion, error)."""
     attempts: int = 1
     """How many times the task was started (more than 1 when a worker died under it); the gateway's
@@ -176,9 +203,55 @@ class TaskResult:
     def key(self) -> TaskKey:
         return self.id, self.repeat
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    @classmethod
+    def answered(
+        cls, question: Question, *, prediction: str, turns: int, messages: Sequence[dict[str, Any]],
+        usage: Mapping[str, float], calls: Sequence[ToolCallRecord], events: Sequence[AnyEvent], worker_id: str,
+        latency_s: float, attempts: int = 1, repeat: int = 0, seed: int | None = None,
+    ) -> TaskResult:
+        """The record of a task the agent answered with its tools working (status ok)."""
+        return cls(
+            id=question.id, question=question.question, golden_answers=list(question.golden_answers),
+            prediction=prediction, tool_calls=list(calls), turns=turns, error=None, worker_id=worker_id,
+            latency_s=latency_s, metadata=dict(question.metadata), messages=list(messages), status="ok",
+            usage=dict(usage), events=list(events), attempts=attempts, repeat=repeat, seed=seed,
+        )
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TaskResult:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+    def failed(
+        cls, question: Question, *, status: TaskStatus, error: str, worker_id: str = "", latency_s: float = 0.0,
+        attempts: int = 1, repeat: int = 0, seed: int | None = None, calls: Sequence[ToolCallRecord] = (),
+        events: Sequence[AnyEvent] = (), turns: int = 0, usage: Mapping[str, float] | None = None,
+        prediction: str = "", messages: Sequence[dict[str, Any]] = (),
+    ) -> TaskResult:
+        """The record of a task that failed (`status` error, timeout or infra_error) because of `error`.
+
+        Whatever the task got to is kept: the calls and events so far, and, when the infrastructure
+        failed a task the agent did answer, its `prediction` and `messages`. Without a worker (no
+        actor could finish it) `worker_id` is "" and `latency_s` 0."""
+        if status == "ok" or not error:
+            raise ValueError(f"a failed task needs a failure status and its error, got status={status!r}, "
+                             f"error={error!r}; use TaskResult.answered for a task that succeeded")
+        return cls(
+            id=question.id, question=question.question, golden_answers=list(question.golden_answers),
+            prediction=prediction, tool_calls=list(calls), turns=turns, error=error, worker_id=worker_id,
+            latency_s=latency_s, metadata=dict(question.metadata), messages=list(messages), status=status,
+            usage=dict(usage or {}), events=list(events), attempts=attempts, repeat=repeat, seed=seed,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The trajectory line: every field in declaration order, tool calls and events as their JSON."""
+        data = asdict(self)  # tool calls become their `to_json` (both are asdict)
+        data["events"] = [e.to_json() for e in self.events]  # asdict would drop each event's `type`
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+        """A trajectory line. Keys this version does not know are ignored; missing optional fields (lines
+        of older runs) take their defaults; a malformed tool call or event raises TypeError or ValueError."""
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if "tool_calls" in fields:
+            fields["tool_calls"] = [ToolCallRecord.from_json(c) for c in fields["tool_calls"] or []]
+        if "events" in fields:
+            fields["events"] = [event_from_json(e) for e in fields["events"] or []]
+        return cls(**fields)

@@ -26,6 +26,7 @@ from typing import Any
 
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskResult
+from rollout.summary import RunSummary
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ def iter_trajectory(path: Path | str, *, full: bool = False) -> Iterator[TaskRes
 
 
 def append_task(file: Any, result: TaskResult) -> None:
-    """Append one task to an open trajectory file and flush it, so a crash keeps it."""
+    """Append one task to an open trajectory file and flush it, so a crash keeps it. In a run, the only
+    place a finished task becomes JSON: worker, scheduler and driver pass the `TaskResult` itself."""
     file.write(json.dumps(result.to_json()) + "\n")
     file.flush()
 
@@ -112,8 +114,22 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_summary(run_dir: Path | str, summary: dict[str, Any]) -> Path:
-    return write_json(summary_path(run_dir), summary)
+def write_summary(run_dir: Path | str, summary: RunSummary) -> Path:
+    return write_json(summary_path(run_dir), summary.to_json())
+
+
+def read_summary(run_dir: Path | str) -> RunSummary | None:
+    """The run's evaluation summary (older versions' files too), or None when it has none or it is
+    unreadable (with a warning)."""
+    path = summary_path(run_dir)
+    data = read_json(path)
+    if data is None:
+        return None
+    try:
+        return RunSummary.from_json(data)
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        logger.warning("%s: not an evaluation summary (%s)", path, e)
+        return None
 
 
 def write_report(run_dir: Path | str, report: dict[str, Any]) -> Path:

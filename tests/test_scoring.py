@@ -5,23 +5,29 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from rollout.records import TaskResult
+from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.report.scoring import print_summary, summarize, t_interval
 
 
 def task(qid: str, right: bool, *, status: str = "ok", repeat: int = 0, gold_docs=("d1",), found=("d1",)) -> TaskResult:
     """Task `qid` whose gold answer is "Paris"; its one tool call returned `found`."""
-    return TaskResult(
-        id=qid, question=f"where {qid}", golden_answers=["Paris"],
-        prediction="Paris" if right else "Lyon",
-        tool_calls=[{"name": "query_knowledge_base_dense", "ok": status != "infra_error", "result_ids": list(found)}],
-        turns=2, error=None if status == "ok" else f"{status} happened", worker_id="w0", latency_s=0.1,
-        metadata={"gold_doc_ids": list(gold_docs)}, status=status, repeat=repeat,
+    call = ToolCallRecord(
+        call_id=f"{qid}-{repeat}", name="query_knowledge_base_dense", arguments={"query": qid},
+        ok=status != "infra_error", outcome="ok" if status != "infra_error" else "transport_error", error=None,
+        started=0.0, latency_ms=1.0, result_ids=list(found), result_doc_ids=[], reached_gateway=True,
     )
+    question = Question(qid, f"where {qid}", ["Paris"], {"gold_doc_ids": list(gold_docs)})
+    prediction = "Paris" if right else "Lyon"
+    if status == "ok":
+        return TaskResult.answered(question, prediction=prediction, turns=2, messages=[], usage={}, calls=[call],
+                                   events=[], worker_id="w0", latency_s=0.1, repeat=repeat)
+    return TaskResult.failed(question, status=status, error=f"{status} happened", prediction=prediction, turns=2,
+                             calls=[call], worker_id="w0", latency_s=0.1, repeat=repeat)
 
 
-def summary(tasks, **kwargs):
-    return summarize(tasks, mode="dense", gateway_file="g.json", wall_time_s=1.0, **kwargs)
+def summary(tasks, **kwargs) -> dict:
+    """The summary as evaluation_summary.json holds it."""
+    return summarize(tasks, mode="dense", gateway_file="g.json", wall_time_s=1.0, **kwargs).to_json()
 
 
 def test_failed_tasks_are_counted_and_left_out_of_the_metrics():
@@ -93,7 +99,8 @@ def test_t_interval():
 
 def test_the_printed_table_has_an_infra_column_and_the_repeats_line():
     console = Console(record=True, width=200)
-    print_summary(summary([*three_repeats(), task("q9", False, status="timeout", repeat=0)]), "out", console)
+    tasks = [*three_repeats(), task("q9", False, status="timeout", repeat=0)]
+    print_summary(summarize(tasks, mode="dense", gateway_file="g.json", wall_time_s=1.0), "out", console)
     text = console.export_text()
     header = next(line for line in text.splitlines() if "EM" in line and "infra" in line)
     row = text.splitlines()[text.splitlines().index(header) + 2]

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import pytest
 from rich.console import Console
 
 from rollout.events import (
+    AnyEvent,
     CompletionEvent,
     ErrorEvent,
+    Event,
     LLMOutputEvent,
     LLMThinkingEvent,
     ToolCallEvent,
     ToolResultEvent,
 )
-from rollout.records import TaskResult
+from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.view import cli as view
 from rollout.view.render import format_live_event
 
@@ -26,13 +29,13 @@ T0 = 1_700_000_000.0
 DENSE = "query_knowledge_base_dense"
 
 
-def _call_record(call_id: str, query: str, ok: bool, started: float) -> dict[str, Any]:
-    return {
-        "call_id": call_id, "name": DENSE, "arguments": {"query": query, "top_k": 5}, "ok": ok,
-        "outcome": "ok" if ok else "tool_error", "error": None if ok else "index not loaded",
-        "started": started, "latency_ms": 42.0, "result_ids": ["p1", "p2"] if ok else [],
-        "result_doc_ids": ["p1", "p2"] if ok else [], "reached_gateway": True,
-    }
+def _call_record(call_id: str, query: str, ok: bool, started: float) -> ToolCallRecord:
+    return ToolCallRecord(
+        call_id=call_id, name=DENSE, arguments={"query": query, "top_k": 5}, ok=ok,
+        outcome="ok" if ok else "tool_error", error=None if ok else "index not loaded",
+        started=started, latency_ms=42.0, result_ids=["p1", "p2"] if ok else [],
+        result_doc_ids=["p1", "p2"] if ok else [], reached_gateway=True,
+    )
 
 
 def answered() -> TaskResult:
@@ -52,7 +55,7 @@ def answered() -> TaskResult:
         id="q-001", question="Who founded Acme?", golden_answers=["Ada Lovelace"], prediction="Ada Lovelace",
         tool_calls=[_call_record("c1", "who founded Acme", True, T0 + 0.3)], turns=2, error=None,
         worker_id="worker-0", latency_s=1.5, usage={"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-        events=[e.to_json() for e in events],
+        events=events,
     )
 
 
@@ -64,7 +67,7 @@ def wrong() -> TaskResult:
     return TaskResult(
         id="q-002", question="Capital of Italy?", golden_answers=["Rome"], prediction="Paris", tool_calls=[],
         turns=1, error=None, worker_id="worker-1", latency_s=0.1, usage={"total_tokens": 30},
-        events=[e.to_json() for e in events],
+        events=events,
     )
 
 
@@ -75,10 +78,8 @@ def failed() -> TaskResult:
         ToolResultEvent(t=T0 + 3.0, call_id="c9", name=DENSE, ok=False, outcome="timeout", text="tool call timed out", latency_ms=3000.0),
         ErrorEvent(t=T0 + 3.5, kind="error", message=message),
     ]
-    return TaskResult(
-        id="q-003", question="Who wrote X?", golden_answers=["Y"], prediction="", tool_calls=[], turns=1,
-        error=message, worker_id="worker-0", latency_s=3.5, status="error", events=[e.to_json() for e in events], attempts=2,
-    )
+    return TaskResult.failed(Question("q-003", "Who wrote X?", ["Y"]), status="error", error=message, turns=1,
+                             worker_id="worker-0", latency_s=3.5, events=events, attempts=2)
 
 
 def timed_out() -> TaskResult:
@@ -87,10 +88,8 @@ def timed_out() -> TaskResult:
         LLMOutputEvent(t=T0, turn=1, tool_calls=[{"id": "c1", "name": DENSE, "arguments": {"query": "slow"}}]),
         ErrorEvent(t=T0 + 900.0, kind="timeout", message=message),
     ]
-    return TaskResult(
-        id="q-004", question="Slow one?", golden_answers=["Z"], prediction="", tool_calls=[], turns=1, error=message,
-        worker_id="worker-1", latency_s=900.0, status="timeout", events=[e.to_json() for e in events],
-    )
+    return TaskResult.failed(Question("q-004", "Slow one?", ["Z"]), status="timeout", error=message, turns=1,
+                             worker_id="worker-1", latency_s=900.0, events=events)
 
 
 def legacy() -> TaskResult:
@@ -204,7 +203,7 @@ def test_replay_full_shows_whole_texts(tmp_path):
 
 def test_replay_cuts_long_content(tmp_path):
     long = TaskResult(id="long", question="?", golden_answers=["a"], prediction="a", tool_calls=[], turns=1, error=None,
-                      worker_id="w", latency_s=0.1, events=[LLMOutputEvent(t=T0, turn=1, content="word " * 500).to_json()])
+                      worker_id="w", latency_s=0.1, events=[LLMOutputEvent(t=T0, turn=1, content="word " * 500)])
     run = write_run(tmp_path / "run", [long])
     assert "(+2100 chars)" in run_view(run, "--task", "long")[1]
     assert "chars)" not in run_view(run, "--task", "long", "--full")[1]
@@ -321,8 +320,15 @@ def test_follow_waits_for_a_starting_run_and_restarts_when_the_file_is_truncated
     assert out.strip().splitlines()[-1].startswith("1 tasks")
 
 
-def live(task_id: str, event: Any) -> str:
-    return format_live_event(task_id, event.to_json()).plain
+def live(task_id: str, event: AnyEvent) -> str:
+    return format_live_event(task_id, event).plain
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MysteryEvent(Event):
+    """An event class the live lines do not know (one added later, say)."""
+
+    type: ClassVar[str] = "mystery"
 
 
 def test_live_lines_give_the_gist_of_each_event():
@@ -344,7 +350,9 @@ def test_live_lines_give_the_gist_of_each_event():
 
 def test_live_lines_are_one_line_and_tolerate_odd_events():
     long_id = "nq_dev_" + "0" * 30 + "123"
-    text = format_live_event(long_id, ToolCallEvent(t=T0, call_id="c", name="x", arguments={"query": "q " * 500}).to_json())
+    text = format_live_event(long_id, ToolCallEvent(t=T0, call_id="c", name="x", arguments={"query": "q " * 500}))
     assert "\n" not in text.plain and text.plain.split()[1].endswith("0123") and len(text.plain) < 200
-    assert "mystery" in format_live_event("q", {"type": "mystery"}).plain
-    assert "error" in format_live_event("q", {"type": "error"}).plain
+    assert "mystery" in format_live_event("q", MysteryEvent(t=T0)).plain  # type: ignore[arg-type]
+    # A model's arguments that are not a JSON object stay as it wrote them (the agent keeps them raw).
+    cut_off = LLMOutputEvent(t=T0, turn=1, tool_calls=[{"id": "c1", "name": DENSE, "arguments": '{"query": "Arlen'}])
+    assert """calls dense('{"query": "Arlen')""" in live("q", cut_off)

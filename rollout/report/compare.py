@@ -250,8 +250,8 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
                 if s[key] is not None:
                     values.append(s[key])
                     question[key].append(s[key])
-        calls.update(str(c.get("name")) for c in task.tool_calls)
-        latencies += [float(c["latency_ms"]) for c in task.tool_calls if isinstance(c.get("latency_ms"), (int, float))]
+        calls.update(c.name for c in task.tool_calls)
+        latencies += [float(c.latency_ms) for c in task.tool_calls]
         if s["total_tokens"] is not None:
             tokens.append(float(s["total_tokens"]))
     if duplicates:

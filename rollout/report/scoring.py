@@ -31,6 +31,7 @@ from rich.table import Table
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
+from rollout.summary import GroupScores, Metrics, RepeatStats, RunSummary, TokenUse, ToolUse
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
     scored = is_scored(r.status, score_failed=score_failed)
     answered = r.status == "ok"
     # Gold ids may name passages or, for chunked corpora, their source documents.
-    retrieved = [i for c in r.tool_calls for i in (*c.get("result_ids", []), *c.get("result_doc_ids", []))]
+    retrieved = [i for c in r.tool_calls for i in (*c.result_ids, *c.result_doc_ids)]
     return {
         "id": r.id,
         "repeat": r.repeat,
@@ -80,8 +81,8 @@ def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
     }
 
 
-def _means(df: pd.DataFrame) -> dict[str, float | None]:
-    out = {}
+def _means(df: pd.DataFrame) -> Metrics:
+    out: Metrics = {}
     for m in METRICS:
         col = pd.to_numeric(df[m], errors="coerce").dropna() if m in df else pd.Series(dtype=float)
         out[m] = round(float(col.mean()), 4) if len(col) else None
@@ -99,29 +100,33 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float,
     return float(x.mean()) - half, float(x.mean()) + half
 
 
-def _repeat_stats(scored: pd.DataFrame, repeats: int) -> dict[str, Any]:
+def _groups(rows: pd.DataFrame, by: pd.Series) -> dict[str, GroupScores]:
+    return {str(k): GroupScores(len(g), _means(g)) for k, g in rows.groupby(by, sort=True)}
+
+
+def _repeat_stats(scored: pd.DataFrame, repeats: int) -> RepeatStats:
     """by_repeat, ci95 and pass_at_k of the scored rows of a run with `repeats` > 1."""
-    by_repeat = {str(int(k)): {"n": len(g), **_means(g)} for k, g in scored.groupby("repeat", sort=True)}
+    by_repeat = {str(int(k)): GroupScores(len(g), _means(g)) for k, g in scored.groupby("repeat", sort=True)}
     # Unrounded per-repeat means feed the interval.
     repeat_means = scored.groupby("repeat")[list(METRICS)].agg(lambda col: pd.to_numeric(col, errors="coerce").mean())
-    ci: dict[str, list[float] | None] = {}
+    ci: dict[str, tuple[float, float] | None] = {}
     for m in METRICS:
         interval = t_interval(repeat_means[m].dropna().tolist())
         # Every metric lies in [0, 1]: so does its interval (a t-interval over few repeats can overshoot).
-        ci[m] = None if interval is None else [round(max(interval[0], 0.0), 4), round(min(interval[1], 1.0), 4)]
+        ci[m] = None if interval is None else (round(max(interval[0], 0.0), 4), round(min(interval[1], 1.0), 4))
     per_question = scored.groupby("id")["exact_match"].agg(["size", lambda em: int((em == 1.0).sum())])
     per_question.columns = ["n", "c"]
     at_k: dict[str, float | None] = {}
     for k in range(1, repeats + 1):
         values = [pass_at_k(int(n), int(c), k) for n, c in zip(per_question["n"], per_question["c"]) if n >= k]
         at_k[str(k)] = round(float(np.mean(values)), 4) if values else None
-    return {"by_repeat": by_repeat, "ci95": ci, "pass_at_k": at_k}
+    return RepeatStats(by_repeat=by_repeat, ci95=ci, pass_at_k=at_k)
 
 
 def summarize(
     results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True,
     score_failed: bool = False, deterministic_agent: bool | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """The evaluation summary (one pass over `results`): overall metrics, breakdowns by hops and
     style, task statuses, tool usage, tokens; with several repeats, CIs over repeats and pass@k.
 
@@ -132,76 +137,71 @@ def summarize(
     failed: Counter[str] = Counter()
     for r in results:
         rows.append(score_task(r, score_failed=score_failed))
-        calls.update(c["name"] for c in r.tool_calls)
-        failed.update(c["name"] for c in r.tool_calls if not c.get("ok"))
+        calls.update(c.name for c in r.tool_calls)
+        failed.update(c.name for c in r.tool_calls if not c.ok)
     df = pd.DataFrame(rows)
     statuses = Counter(df["status"]) if len(df) else Counter()
     scored = df[df["scored"]] if len(df) else df
     repeats = int(df["repeat"].max()) + 1 if len(df) else 0
-    summary: dict[str, Any] = {
-        "n": len(df),
-        "scored": len(scored),
-        "metrics": _means(scored) if len(scored) else dict.fromkeys(METRICS),
-        "mode": mode,
-        "gateway_file": gateway_file,
-        "complete": complete,
-        "score_failed": score_failed,
-        "statuses": {s: int(statuses.get(s, 0)) for s in STATUSES} | {
+    tokens = None
+    if len(df) and df["total_tokens"].notna().any():
+        cost = round(float(df["cost_usd"].sum()), 6) if df["cost_usd"].notna().any() else None
+        tokens = TokenUse(int(df["total_tokens"].sum()), round(float(df["total_tokens"].mean()), 1), cost)
+    by = {key: _groups(scored, scored[key].astype(str)) if len(scored) and scored[key].notna().any() else None
+          for key in ("hops", "style")}
+    return RunSummary(
+        n=len(df),
+        scored=len(scored),
+        metrics=_means(scored) if len(scored) else dict.fromkeys(METRICS),
+        mode=mode,
+        gateway_file=gateway_file,
+        complete=complete,
+        score_failed=score_failed,
+        statuses={s: int(statuses.get(s, 0)) for s in STATUSES} | {
             str(s): int(n) for s, n in statuses.items() if s not in STATUSES
         },
-        "errors": int(statuses.get("error", 0)),
-        "timeouts": int(statuses.get("timeout", 0)),
-        "repeats": repeats,
-        "deterministic_agent": deterministic_agent,
-        "tool_calls": {name: {"calls": n, "failed": failed.get(name, 0)} for name, n in sorted(calls.items())},
-        "tool_calls_per_task": round(float(df["tool_calls"].mean()), 3) if len(df) else 0.0,
-        "wall_time_s": round(wall_time_s, 2),
-    }
-    if repeats > 1 and len(scored):
-        summary |= _repeat_stats(scored, repeats)
-    if len(df) and df["total_tokens"].notna().any():
-        summary["tokens"] = {"total": int(df["total_tokens"].sum()), "per_task": round(float(df["total_tokens"].mean()), 1)}
-        if df["cost_usd"].notna().any():
-            summary["tokens"]["cost_usd"] = round(float(df["cost_usd"].sum()), 6)
-    for key in ("hops", "style"):
-        if len(scored) and scored[key].notna().any():
-            summary[f"by_{key}"] = {
-                str(k): {"n": len(g), **_means(g)} for k, g in scored.groupby(scored[key].astype(str), sort=True)
-            }
-    return summary
+        repeats=repeats,
+        deterministic_agent=deterministic_agent,
+        tool_calls={name: ToolUse(n, failed.get(name, 0)) for name, n in sorted(calls.items())},
+        tool_calls_per_task=round(float(df["tool_calls"].mean()), 3) if len(df) else 0.0,
+        wall_time_s=round(wall_time_s, 2),
+        repeat_stats=_repeat_stats(scored, repeats) if repeats > 1 and len(scored) else None,
+        tokens=tokens,
+        by_hops=by["hops"],
+        by_style=by["style"],
+    )
 
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def _repeats_line(summary: dict[str, Any]) -> str | None:
+def _repeats_line(summary: RunSummary) -> str | None:
     """E.g. "3 repeats · EM 95% CI [0.310, 0.420] · pass@1 0.367 · pass@3 0.500"; None with one repeat."""
-    if summary.get("repeats", 1) <= 1 or "ci95" not in summary:
+    stats = summary.repeat_stats
+    if summary.repeats <= 1 or stats is None:
         return None
-    parts = [f"{summary['repeats']} repeats"]
+    parts = [f"{summary.repeats} repeats"]
     for m, name in METRIC_NAMES.items():
-        if (ci := summary["ci95"].get(m)) is not None:
+        if (ci := stats.ci95.get(m)) is not None:
             parts.append(f"{name} {100 * CI_LEVEL:.0f}% CI [{ci[0]:.3f}, {ci[1]:.3f}]")
-    parts += [f"pass@{k} {_fmt(v)}" for k, v in summary.get("pass_at_k", {}).items()]
-    if summary.get("deterministic_agent"):
+    parts += [f"pass@{k} {_fmt(v)}" for k, v in stats.pass_at_k.items()]
+    if summary.deterministic_agent:
         parts.append("agent is deterministic")
     return " · ".join(parts)
 
 
-def print_summary(summary: dict[str, Any], out_dir: Path, console: Console | None = None) -> None:
+def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = None) -> None:
     console = console or ReadableConsole()  # piped or redirected, the table still prints whole
-    m = summary["metrics"]
-    partial = "" if summary.get("complete", True) else " (interrupted)"
-    scored = summary.get("scored", summary["n"])
-    counted = f"{summary['n']} tasks" if scored == summary["n"] else f"{summary['n']} tasks, {scored} scored"
-    table = Table(title=f"rollout · mode={summary['mode']} · {counted}{partial}", title_justify="left")
+    m = summary.metrics
+    partial = "" if summary.complete else " (interrupted)"
+    counted = f"{summary.n} tasks" if summary.scored == summary.n else f"{summary.n} tasks, {summary.scored} scored"
+    table = Table(title=f"rollout · mode={summary.mode} · {counted}{partial}", title_justify="left")
     for col in ("EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "time (s)"):
         table.add_column(col, justify="right")
     table.add_row(
         _fmt(m["exact_match"]), _fmt(m["f1"]), _fmt(m["contains_answer"]), _fmt(m["retrieval_recall"]),
-        str(summary["errors"]), str(summary.get("timeouts", 0)),
-        str(summary.get("statuses", {}).get("infra_error", 0)), f"{summary['wall_time_s']:.1f}",
+        str(summary.errors), str(summary.timeouts), str(summary.infra_errors), f"{summary.wall_time_s:.1f}",
     )
     console.print(table)
     if line := _repeats_line(summary):
@@ -209,12 +209,12 @@ def print_summary(summary: dict[str, Any], out_dir: Path, console: Console | Non
     tools = Table(title="tool calls", title_justify="left")
     for col in ("tool", "calls", "failed"):
         tools.add_column(col, justify="right" if col != "tool" else "left")
-    for name, c in summary["tool_calls"].items():
-        tools.add_row(name, str(c["calls"]), str(c["failed"]))
-    if not summary["tool_calls"]:
+    for name, use in summary.tool_calls.items():
+        tools.add_row(name, str(use.calls), str(use.failed))
+    if not summary.tool_calls:
         tools.add_row("(none)", "0", "0")
     console.print(tools)
-    if tokens := summary.get("tokens"):
-        cost = f", ${tokens['cost_usd']:.4f}" if "cost_usd" in tokens else ""
-        console.print(f"Tokens: {tokens['total']:,} ({tokens['per_task']:,.0f} per task{cost})")
+    if tokens := summary.tokens:
+        cost = f", ${tokens.cost_usd:.4f}" if tokens.cost_usd is not None else ""
+        console.print(f"Tokens: {tokens.total:,} ({tokens.per_task:,.0f} per task{cost})")
     console.print(f"Results: {Path(out_dir).resolve()}")

@@ -19,9 +19,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from envs import HttpMCPRagEnv
 from envs.http_mcp_rag_env import keep_rag_modules
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
+from rollout.events import AnyEvent
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
 from rollout.records import TaskResult
@@ -34,7 +34,9 @@ from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
 from rollout.run.resume import finished_tasks, start_fresh
 from rollout.run.scheduler import PlannedTask, Scheduler
+from rollout.run.worker import EnvSpec
 from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
+from rollout.summary import RunSummary
 from rollout.view.progress import RunProgress
 from rollout.view.render import format_live_event
 from rollout.wire import resolve_token
@@ -47,7 +49,7 @@ class RunOutcome:
     """Where a run wrote its results, and its evaluation summary."""
 
     output_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
 
 
 def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
@@ -110,24 +112,24 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
         ray.shutdown()
 
 
-def env_kwargs_for(cfg: RunConfig, url: str, run_id: str) -> dict[str, Any]:
+def env_spec_for(cfg: RunConfig, url: str, run_id: str) -> EnvSpec:
     """How each worker's environment reaches the gateway."""
-    return {
-        "url": url,
-        "gateway_config_path": str(cfg.gateway_config_path),
-        "system_prompt": cfg.system_prompt,
-        "call_timeout_s": cfg.gateway.call_timeout_s,
-        "auth_token": resolve_token(cfg.gateway.auth_token),
-        "reconnect_timeout_s": cfg.gateway.reconnect_timeout_s,
-        "run_id": run_id,
-    }
+    return EnvSpec(
+        url=url,
+        gateway_config_path=str(cfg.gateway_config_path),
+        system_prompt=cfg.system_prompt,
+        call_timeout_s=cfg.gateway.call_timeout_s,
+        auth_token=resolve_token(cfg.gateway.auth_token),
+        reconnect_timeout_s=cfg.gateway.reconnect_timeout_s,
+        run_id=run_id,
+    )
 
 
-def offered_tool_specs(env_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+def offered_tool_specs(env_spec: EnvSpec) -> list[dict[str, Any]]:
     """The tool schemas a worker's environment will offer (for the run's fingerprint)."""
 
     async def probe() -> list[dict[str, Any]]:
-        async with HttpMCPRagEnv(worker_id="driver", **env_kwargs) as env:
+        async with env_spec.build("driver") as env:
             return list(env.tool_specs)
 
     return asyncio.run(probe())
@@ -176,8 +178,8 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
         url = gateway.wait_ready()
         logger.info("Gateway ready at %s", url)
-        env_kwargs = env_kwargs_for(cfg, url, run_id=uuid.uuid4().hex)
-        finished = finished_tasks(out, RunIdentity.of(cfg, offered_tool_specs(env_kwargs), data))
+        env_spec = env_spec_for(cfg, url, run_id=uuid.uuid4().hex)
+        finished = finished_tasks(out, RunIdentity.of(cfg, offered_tool_specs(env_spec), data))
         (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
         # Repeat by repeat, so an interrupted run holds whole repeats first.
         todo = [PlannedTask(q, r, cfg.seed + r) for r in range(cfg.repeats) for q in data.questions
@@ -193,12 +195,12 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
                 append_task(trajectory, result)
                 progress.add(result)
 
-            def on_events(events: list[tuple[str, dict[str, Any]]]) -> None:
+            def on_events(events: list[tuple[str, AnyEvent]]) -> None:
                 for task_id, event in events:
                     progress.print(format_live_event(task_id, event))
 
             scheduler = Scheduler(
-                cfg, env_kwargs, on_result=on_result,
+                cfg, env_spec, on_result=on_result,
                 gateway=gateway if isinstance(gateway, GatewayProcess) else None,
                 on_events=on_events if cfg.watch else None,
             )
@@ -220,7 +222,7 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     print_summary(summary, out)
     if interrupted:
         raise RunInterrupted(
-            f"interrupted with {summary['n']} of {total} tasks finished, saved in {out}. "
+            f"interrupted with {summary.n} of {total} tasks finished, saved in {out}. "
             "Run the same command again to resume"
         )
     return RunOutcome(out, summary)

@@ -25,9 +25,10 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from rollout.errors import GatewayError
+from rollout.events import AnyEvent
 from rollout.records import Question, TaskResult
 from rollout.run.config import RunConfig
-from rollout.run.worker import RolloutWorkerActor
+from rollout.run.worker import EnvSpec, RolloutWorkerActor
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +107,8 @@ class PlannedTask:
 
     def failed(self, error: str, attempts: int) -> TaskResult:
         """The record of this task when no worker could finish it."""
-        q = self.question
-        return TaskResult(
-            id=q.id, question=q.question, golden_answers=list(q.golden_answers), prediction="", tool_calls=[],
-            turns=0, error=error, worker_id="", latency_s=0.0, metadata=dict(q.metadata), status="error",
-            attempts=attempts, repeat=self.repeat, seed=self.seed,
-        )
+        return TaskResult.failed(self.question, status="error", error=error, attempts=attempts, repeat=self.repeat,
+                                 seed=self.seed)
 
 
 class Scheduler:
@@ -120,14 +117,14 @@ class Scheduler:
     def __init__(
         self,
         cfg: RunConfig,
-        env_kwargs: dict[str, Any],
+        env_spec: EnvSpec,
         *,
         on_result: Callable[[TaskResult], None],
         gateway: Gateway | None = None,
-        on_events: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None,
+        on_events: Callable[[list[tuple[str, AnyEvent]]], None] | None = None,
     ):
         self.cfg = cfg
-        self.env_kwargs = env_kwargs
+        self.env_spec = env_spec
         self.on_result = on_result
         self.gateway = gateway
         self.on_events = on_events
@@ -141,7 +138,7 @@ class Scheduler:
 
     def _new_actor(self, worker_id: str) -> Any:
         return RolloutWorkerActor.remote(
-            worker_id, self.env_kwargs, self.cfg.agent, task_timeout_s=self.cfg.task_timeout_s, watch=self.cfg.watch
+            worker_id, self.env_spec, self.cfg.agent, task_timeout_s=self.cfg.task_timeout_s, watch=self.cfg.watch
         )
 
     def run(self, tasks: list[PlannedTask]) -> None:
@@ -168,7 +165,7 @@ class Scheduler:
         for slot in self._slots:
             while queue and slot.running < self.cfg.concurrency_per_worker:
                 task, attempt = queue.popleft()
-                ref = slot.actor.run_task.remote(task.question.to_json(), attempt, task.repeat, task.seed)
+                ref = slot.actor.run_task.remote(task.question, attempt, task.repeat, task.seed)
                 self._pending[ref] = (slot, slot.actor, task, attempt)
                 slot.running += 1
 
@@ -184,7 +181,7 @@ class Scheduler:
     def _collect(self, ref: ray.ObjectRef, queue: deque[tuple[PlannedTask, int]]) -> None:
         slot, actor, task, attempt = self._pending.pop(ref)
         try:
-            result = TaskResult.from_json(ray.get(ref))
+            result: TaskResult = ray.get(ref)
         except RayActorError as e:
             self._replace_if_current(slot, actor, e)
             if attempt < MAX_ATTEMPTS:
@@ -249,7 +246,7 @@ class Scheduler:
         t0 = time.perf_counter()
         try:
             gateway.restart()
-        except BaseException as e:  # reported by the loop, which owns the run's outcome
+        except BaseException as e:  # noqa: BLE001 - reported by the loop, which owns the run's outcome
             self._restart_error = e
             return
         logger.warning("Gateway back after %.1f s; workers reconnect", time.perf_counter() - t0)

@@ -7,6 +7,7 @@ import inspect
 import logging
 import time
 from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -15,7 +16,7 @@ from hydra.utils import instantiate
 from envs import HttpMCPRagEnv, TaskSession
 from rollout.agents.base import Agent, AgentResult
 from rollout.errors import GatewayError
-from rollout.events import CompletionEvent, ErrorEvent, Event, EventLog, LLMOutputEvent
+from rollout.events import AnyEvent, CompletionEvent, ErrorEvent, EventLog, LLMOutputEvent
 from rollout.records import Question, TaskResult, TaskStatus, ToolCallRecord, wire_task_id
 from rollout.wire import INFRA_OUTCOMES
 
@@ -24,20 +25,52 @@ logger = logging.getLogger(__name__)
 LIVE_EVENT_BUFFER = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    """How each worker's environment reaches the gateway: what the driver hands every actor.
+
+    It travels to the actors (pickled by Ray) and is never written to disk: it carries the
+    gateway's token, which is also kept out of its repr so no log line shows it."""
+
+    url: str
+    """The gateway's MCP endpoint."""
+    gateway_config_path: str
+    """The gateway file, which says which tools the environment offers."""
+    system_prompt: str | None = None
+    """The mode's instructions. None is passed on as None, which gives `HttpMCPEnv`'s generic prompt
+    (as a config without one always did), not the RAG env's default for a missing argument."""
+    call_timeout_s: float = 60.0
+    """How long one tool call may wait for the gateway."""
+    auth_token: str | None = field(default=None, repr=False)
+    """Bearer token for the gateway (already resolved from `$ROLLOUT_GATEWAY_TOKEN` when set)."""
+    reconnect_timeout_s: float = 120.0
+    """How long a broken session is retried before calls fail."""
+    run_id: str | None = None
+    """Sent with every call, so the gateway keeps per-task state apart between runs."""
+
+    def build(self, worker_id: str) -> HttpMCPRagEnv:
+        """This spec's environment for one worker (not started)."""
+        return HttpMCPRagEnv(
+            self.url, self.gateway_config_path, worker_id=worker_id, system_prompt=self.system_prompt,
+            call_timeout_s=self.call_timeout_s, auth_token=self.auth_token,
+            reconnect_timeout_s=self.reconnect_timeout_s, run_id=self.run_id,
+        )
+
+
 class RolloutWorker:
     """Async actor: one MCP session (opened on first task), several tasks at once."""
 
     def __init__(
         self,
         worker_id: str,
-        env_kwargs: dict[str, Any],
+        env_spec: EnvSpec,
         agent_spec: dict[str, Any],
         *,
         task_timeout_s: float | None = None,
         watch: bool = False,
     ):
         self.worker_id = worker_id
-        self.env_kwargs = env_kwargs
+        self.env_spec = env_spec
         self.agent: Agent = instantiate(agent_spec)
         self._takes_seed = "seed" in inspect.signature(self.agent.run).parameters
         self.task_timeout_s = task_timeout_s
@@ -45,34 +78,31 @@ class RolloutWorker:
         self._env_lock = asyncio.Lock()
         # With watch on, events wait here until the driver drains them (bounded: a driver that
         # stops draining must not grow the actor without limit).
-        self._live: deque[tuple[str, dict[str, Any]]] | None = deque(maxlen=LIVE_EVENT_BUFFER) if watch else None
+        self._live: deque[tuple[str, AnyEvent]] | None = deque(maxlen=LIVE_EVENT_BUFFER) if watch else None
 
     async def _get_env(self) -> HttpMCPRagEnv:
         async with self._env_lock:
             if self._env is None:
-                env = HttpMCPRagEnv(worker_id=self.worker_id, **self.env_kwargs)
+                env = self.env_spec.build(self.worker_id)
                 await env.start()
                 self._env = env
             return self._env
 
-    def _listen(self, task_id: str, event: Event) -> None:
+    def _listen(self, task_id: str, event: AnyEvent) -> None:
         assert self._live is not None
-        self._live.append((task_id, event.to_json()))
+        self._live.append((task_id, event))
 
-    def drain_events(self) -> list[tuple[str, dict[str, Any]]]:
-        """Events emitted since the last drain, as (task_id, event dict); empty unless watching."""
+    def drain_events(self) -> list[tuple[str, AnyEvent]]:
+        """Events emitted since the last drain, as (task_id, event); empty unless watching."""
         if not self._live:
             return []
         drained = list(self._live)
         self._live.clear()
         return drained
 
-    async def run_task(
-        self, question: dict[str, Any], attempt: int = 1, repeat: int = 0, seed: int | None = None
-    ) -> dict[str, Any]:
-        """Run one task (a question's `repeat`) to a `TaskResult` dict; failures and time-outs are results,
+    async def run_task(self, q: Question, attempt: int = 1, repeat: int = 0, seed: int | None = None) -> TaskResult:
+        """Run one task (a question's `repeat`) to its `TaskResult`; failures and time-outs are results,
         not exceptions."""
-        q = Question(**question)
         events = EventLog(q.id, self._listen if self._live is not None else None)
         t0 = time.perf_counter()
         outcome: AgentResult | None = None
@@ -89,7 +119,7 @@ class RolloutWorker:
             async with deadline:
                 outcome = await self.agent.run(q.question, session, events, **seeded)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
-        except Exception as e:  # one task's failure must not end the run
+        except Exception as e:  # noqa: BLE001 - one task's failure must not end the run
             if isinstance(e, TimeoutError) and deadline.expired():
                 status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
             elif session is None and isinstance(e, GatewayError):
@@ -104,25 +134,24 @@ class RolloutWorker:
             # Whatever the agent answered, it did so without evidence it asked for.
             status, error = "infra_error", infra if error is None else f"{infra}; then {error}"
             events.emit(ErrorEvent(kind=status, message=infra))
-        return TaskResult(
-            id=q.id,
-            question=q.question,
-            golden_answers=list(q.golden_answers),
+        calls = list(session.calls) if session else []
+        latency_s = time.perf_counter() - t0
+        if error is None:
+            assert outcome is not None  # no error: the agent answered
+            return TaskResult.answered(
+                q, prediction=outcome.prediction, turns=outcome.turns, messages=outcome.messages,
+                usage=outcome.usage, calls=calls, events=events.events, worker_id=self.worker_id,
+                latency_s=latency_s, attempts=attempt, repeat=repeat, seed=seed,
+            )
+        return TaskResult.failed(
+            q, status=status, error=error, worker_id=self.worker_id, latency_s=latency_s, attempts=attempt,
+            repeat=repeat, seed=seed, calls=calls, events=events.events,
+            # An infrastructure failure after an answer keeps the answer, as the record of what the agent said.
             prediction=outcome.prediction if outcome else "",
-            tool_calls=[c.to_json() for c in session.calls] if session else [],
             turns=outcome.turns if outcome else sum(isinstance(e, LLMOutputEvent) for e in events.events),
-            error=error,
-            worker_id=self.worker_id,
-            latency_s=time.perf_counter() - t0,
-            metadata=dict(q.metadata),
             messages=outcome.messages if outcome else [],
-            status=status,
-            usage=dict(outcome.usage) if outcome else events.usage(),  # what a cut-off task had spent
-            events=events.to_json(),
-            attempts=attempt,
-            repeat=repeat,
-            seed=seed,
-        ).to_json()
+            usage=outcome.usage if outcome else events.usage(),  # what a cut-off task had spent
+        )
 
     async def close(self) -> None:
         if self._env is not None:

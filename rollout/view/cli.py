@@ -107,7 +107,7 @@ def find_task(file: Path, task_id: str) -> TaskResult:
     data = parse_line(raw, f"{file}:{lineno}")
     try:
         return TaskResult.from_json(data)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # a field missing, or an event of a type this version does not know
         raise ViewError(f"{file}:{lineno}: not a task record ({e})") from None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -53,7 +53,7 @@ class RunProgress:
             "calls_per_s": f"{self.tool_calls / elapsed:.1f}",
         }
 
-    def __enter__(self) -> RunProgress:
+    def __enter__(self) -> Self:
         self._progress.start()
         return self
 

@@ -18,6 +18,15 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from rollout.events import (
+    AnyEvent,
+    CompletionEvent,
+    ErrorEvent,
+    LLMOutputEvent,
+    LLMThinkingEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from rollout.records import TaskResult
 from rollout.report.metrics import exact_match
 
@@ -230,41 +239,38 @@ def _ids(ids: list[str], clip_: Clip) -> str:
     return f" · {len(ids)} ids: {', '.join(map(str, ids[:clip_.ids]))}{more}"
 
 
-def _render_event(console: Console, e: dict[str, Any], offset: str, clip_: Clip) -> None:
-    kind = e.get("type")
-    if kind == "llm_output":
-        meta = [f"turn {e.get('turn', '?')}"]
-        if e.get("latency_ms"):
-            meta.append(f"{e['latency_ms']:.0f} ms")
-        if e.get("usage"):
-            meta.append(f"{_num(e['usage'].get('total_tokens'))} tok")
-        console.print(_event_line(offset, "llm", "bold blue", " · ".join(meta)))
-        if e.get("content"):
-            _body(console, e["content"], "", clip_.chars, clip_.lines)
-        for call in e.get("tool_calls") or []:
-            console.print(Text(INDENT) + Text("→ ", style="blue") + Text(str(call.get("name")), style="cyan")
-                          + Text(" " + clip(compact_json(call.get("arguments", {})), clip_.line_chars)))
-    elif kind == "llm_thinking":
-        console.print(_event_line(offset, "think", "dim", Text(f"turn {e.get('turn', '?')}", style="dim")))
-        _body(console, e.get("content", ""), "dim italic", clip_.chars, clip_.lines)
-    elif kind == "tool_call":
-        gist = Text(str(e.get("name")), style="cyan") + Text(
-            " " + clip(compact_json(e.get("arguments", {})), clip_.line_chars)) + Text(f" · {e.get('call_id')}", style="dim")
-        console.print(_event_line(offset, "call", "cyan", gist))
-    elif kind == "tool_result":
-        ok = bool(e.get("ok"))
-        gist = Text(f"{e.get('outcome', 'ok' if ok else 'error')}", style="green" if ok else "bold red")
-        gist.append(f" · {float(e.get('latency_ms') or 0):.0f} ms · {e.get('name')}{_ids(e.get('result_ids') or [], clip_)}")
-        console.print(_event_line(offset, "result", "green" if ok else "red", gist))
-        _body(console, e.get("text", ""), "" if ok else "red", clip_.chars, clip_.result_lines, clip_.line_chars)
-    elif kind == "completion":
-        gist = Text(e.get("prediction", ""), style="bold green") + Text(f" · {e.get('turns', '?')} turns", style="dim")
-        console.print(_event_line(offset, "answer", "bold green", gist))
-    elif kind == "error":
-        gist = Text(f"{e.get('kind', 'error')}: {e.get('message', '')}", style="bold red")
-        console.print(_event_line(offset, "error", "bold red", gist))
-    else:
-        console.print(_event_line(offset, str(kind), "yellow", clip(compact_json(e), clip_.line_chars)))
+def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip) -> None:
+    match e:
+        case LLMOutputEvent():
+            meta = [f"turn {e.turn}"]
+            if e.latency_ms:
+                meta.append(f"{e.latency_ms:.0f} ms")
+            if e.usage:
+                meta.append(f"{_num(e.usage.get('total_tokens'))} tok")
+            console.print(_event_line(offset, "llm", "bold blue", " · ".join(meta)))
+            if e.content:
+                _body(console, e.content, "", clip_.chars, clip_.lines)
+            for call in e.tool_calls:
+                console.print(Text(INDENT) + Text("→ ", style="blue") + Text(str(call.get("name")), style="cyan")
+                              + Text(" " + clip(compact_json(call.get("arguments", {})), clip_.line_chars)))
+        case LLMThinkingEvent():
+            console.print(_event_line(offset, "think", "dim", Text(f"turn {e.turn}", style="dim")))
+            _body(console, e.content, "dim italic", clip_.chars, clip_.lines)
+        case ToolCallEvent():
+            gist = Text(e.name, style="cyan") + Text(
+                " " + clip(compact_json(e.arguments), clip_.line_chars)) + Text(f" · {e.call_id}", style="dim")
+            console.print(_event_line(offset, "call", "cyan", gist))
+        case ToolResultEvent():
+            gist = Text(e.outcome, style="green" if e.ok else "bold red")
+            gist.append(f" · {e.latency_ms:.0f} ms · {e.name}{_ids(e.result_ids, clip_)}")
+            console.print(_event_line(offset, "result", "green" if e.ok else "red", gist))
+            _body(console, e.text, "" if e.ok else "red", clip_.chars, clip_.result_lines, clip_.line_chars)
+        case CompletionEvent():
+            gist = Text(e.prediction, style="bold green") + Text(f" · {e.turns} turns", style="dim")
+            console.print(_event_line(offset, "answer", "bold green", gist))
+        case ErrorEvent():
+            gist = Text(f"{e.kind}: {e.message}", style="bold red")
+            console.print(_event_line(offset, "error", "bold red", gist))
 
 
 def _render_messages(console: Console, task: TaskResult, clip_: Clip) -> None:
@@ -292,16 +298,15 @@ def _render_messages(console: Console, task: TaskResult, clip_: Clip) -> None:
                           + Text(" " + clip(text, clip_.line_chars)))
     if task.tool_calls:
         console.print(Text("tool calls", style="bold"))
-        t0 = min((c.get("started") or 0.0) for c in task.tool_calls)
+        t0 = min(c.started for c in task.tool_calls)
         for c in task.tool_calls:
-            offset = f"+{(c.get('started') or t0) - t0:.3f}s"
-            ok = bool(c.get("ok"))
-            gist = Text(str(c.get("name")), style="cyan") + Text(" " + clip(compact_json(c.get("arguments", {})), clip_.line_chars))
-            gist.append(f" → {c.get('outcome', 'ok' if ok else 'error')}", style="green" if ok else "bold red")
-            gist.append(f" · {float(c.get('latency_ms') or 0):.0f} ms{_ids(c.get('result_ids') or [], clip_)}")
+            offset = f"+{c.started - t0:.3f}s"
+            gist = Text(c.name, style="cyan") + Text(" " + clip(compact_json(c.arguments), clip_.line_chars))
+            gist.append(f" → {c.outcome}", style="green" if c.ok else "bold red")
+            gist.append(f" · {c.latency_ms:.0f} ms{_ids(c.result_ids, clip_)}")
             console.print(_event_line(offset, "call", "cyan", gist))
-            if c.get("error"):
-                _body(console, str(c["error"]), "red", clip_.chars, clip_.result_lines, clip_.line_chars)
+            if c.error:
+                _body(console, c.error, "red", clip_.chars, clip_.result_lines, clip_.line_chars)
     if task.error:
         console.print(_event_line("", "error", "bold red", Text(f"{task.status}: {task.error}", style="bold red")))
     else:
@@ -315,9 +320,9 @@ def render_task(console: Console, task: TaskResult, *, full: bool = False) -> No
     if not task.events:
         _render_messages(console, task, clip_)
         return
-    t0 = task.events[0].get("t") or 0.0
+    t0 = task.events[0].t
     for e in task.events:
-        _render_event(console, e, f"+{(e.get('t') or t0) - t0:.3f}s", clip_)
+        _render_event(console, e, f"+{e.t - t0:.3f}s", clip_)
 
 
 # --- live events (watch=true) -------------------------------------------------------------------
@@ -327,9 +332,14 @@ def _arg(value: Any, limit: int = 60) -> str:
     return repr(clip(value, limit)) if isinstance(value, str) else clip(compact_json(value), limit)
 
 
-def call_gist(name: str, arguments: dict[str, Any]) -> str:
-    """`dense('who founded X', top_k=5)`: the tool's short name, the query first, then the rest."""
-    args = dict(arguments or {})
+def call_gist(name: str, arguments: dict[str, Any] | str) -> str:
+    """`dense('who founded X', top_k=5)`: the tool's short name, the query first, then the rest.
+
+    A model's requested arguments can be text that is not a JSON object (an `LLMOutputEvent` keeps
+    them as written): shown as they are."""
+    if not isinstance(arguments, dict):
+        return f"{name.removeprefix(TOOL_PREFIX)}({_arg(arguments)})"
+    args = dict(arguments)
     parts = [_arg(args.pop("query"))] if "query" in args else []
     parts += [f"{k}={_arg(v, 30)}" for k, v in args.items()]
     return f"{name.removeprefix(TOOL_PREFIX)}({', '.join(parts)})"
@@ -340,42 +350,41 @@ def short_id(task_id: str, width: int = 12) -> str:
     return task_id if len(task_id) <= width else "…" + task_id[-(width - 1):]
 
 
-def format_live_event(task_id: str, event: dict[str, Any]) -> Text:
+def format_live_event(task_id: str, event: AnyEvent) -> Text:
     """One line for one event as the driver drains it: time, task, kind, gist.
 
-    Called for every event of a watched run, so it only formats: no parsing into event classes,
-    no lookups, and an unknown or incomplete event still gives a line instead of an exception.
+    Called for every event of a watched run, so it only formats: no lookups, nothing that can raise
+    on what a model or a tool wrote.
     """
-    t = event.get("t") or time.time()
+    t = event.t
     line = Text(time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d} ", style="dim")
     line.append(f"{short_id(task_id):<12} ", style="bold")
-    kind = event.get("type", "?")
-    if kind == "llm_output":
-        calls = event.get("tool_calls") or []
-        if calls:
-            gist = Text("calls " + ", ".join(call_gist(str(c.get("name")), c.get("arguments") or {}) for c in calls))
-        else:
-            gist = Text(clip(" ".join(str(event.get("content") or "").split()), 100))
-        if event.get("latency_ms"):
-            gist.append(f" · {event['latency_ms']:.0f} ms", style="dim")
-        return line + _kind("llm", "blue", gist)
-    if kind == "llm_thinking":
-        return line + _kind("think", "dim", Text(clip(" ".join(str(event.get("content", "")).split()), 100), style="dim italic"))
-    if kind == "tool_call":
-        return line + _kind("call", "cyan", call_gist(str(event.get("name")), event.get("arguments") or {}))
-    if kind == "tool_result":
-        ok = bool(event.get("ok"))
-        gist = Text("→ ")
-        gist.append(str(event.get("outcome") or ("ok" if ok else "error")), style="green" if ok else "bold red")
-        if ok:
-            gist.append(f" {len(event.get('result_ids') or [])} hits")
-        gist.append(f" {float(event.get('latency_ms') or 0):.0f} ms")
-        if not ok:
-            gist.append(" " + clip(" ".join(str(event.get("text", "")).split()), 80), style="red")
-        return line + _kind("result", "green" if ok else "red", gist)
-    if kind == "completion":
-        return line + _kind("answer", "bold green", Text("answer: " + clip(str(event.get("prediction", "")), 100), style="bold green"))
-    if kind == "error":
-        msg = f"{event.get('kind', 'error')}: {clip(str(event.get('message', '')), 120)}"
-        return line + _kind("error", "bold red", Text(msg, style="bold red"))
-    return line + Text(str(kind), style="yellow")
+    match event:
+        case LLMOutputEvent():
+            if event.tool_calls:
+                gist = Text("calls " + ", ".join(call_gist(str(c.get("name")), c.get("arguments") or {})
+                                                 for c in event.tool_calls))
+            else:
+                gist = Text(clip(" ".join((event.content or "").split()), 100))
+            if event.latency_ms:
+                gist.append(f" · {event.latency_ms:.0f} ms", style="dim")
+            return line + _kind("llm", "blue", gist)
+        case LLMThinkingEvent():
+            return line + _kind("think", "dim", Text(clip(" ".join(event.content.split()), 100), style="dim italic"))
+        case ToolCallEvent():
+            return line + _kind("call", "cyan", call_gist(event.name, event.arguments))
+        case ToolResultEvent():
+            gist = Text("→ ")
+            gist.append(event.outcome, style="green" if event.ok else "bold red")
+            if event.ok:
+                gist.append(f" {len(event.result_ids)} hits")
+            gist.append(f" {event.latency_ms:.0f} ms")
+            if not event.ok:
+                gist.append(" " + clip(" ".join(event.text.split()), 80), style="red")
+            return line + _kind("result", "green" if event.ok else "red", gist)
+        case CompletionEvent():
+            return line + _kind("answer", "bold green", Text("answer: " + clip(event.prediction, 100), style="bold green"))
+        case ErrorEvent():
+            msg = f"{event.kind}: {clip(event.message, 120)}"
+            return line + _kind("error", "bold red", Text(msg, style="bold red"))
+    return line + Text(event.type, style="yellow")

@@ -6,6 +6,7 @@ import json
 
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
+from tests.test_records import assert_trajectory_shape
 
 SMALL_KB = ["dataset.n_passages=300", "dataset.n_questions=60", "mode=sparse", "progress=false"]
 
@@ -19,7 +20,12 @@ def test_repeats_run_each_question_n_times_with_distinct_seeds_and_resume_by_rep
     assert sorted((t["id"], t["repeat"]) for t in tasks) == sorted({(t["id"], r) for t in tasks for r in range(3)})
     assert len(tasks) == 12 and {t["seed"] for t in tasks} == {10, 11, 12}
     assert all(t["seed"] == 10 + t["repeat"] for t in tasks)
-    s = first.summary
+    for t in tasks:  # the worker's TaskResult reached the file in the same shape as ever
+        assert_trajectory_shape(t)
+    assert {e["type"] for t in tasks for e in t["events"]} >= {"llm_output", "tool_call", "tool_result", "completion"}
+    assert all(t["tool_calls"] for t in tasks)
+    s = first.summary.to_json()
+    assert s == json.loads((out / "evaluation_summary.json").read_text())
     assert s["n"] == 12 and s["repeats"] == 3 and s["deterministic_agent"] is True
     # The simulated agent is deterministic: its repeats agree, so the interval over repeats has no width
     # and pass@k does not grow with k.
@@ -29,5 +35,5 @@ def test_repeats_run_each_question_n_times_with_distinct_seeds_and_resume_by_rep
 
     again = run(compose_run_config(*common, "dataset.limit=6"))  # extends by whole questions, all repeats
     tasks = [json.loads(line) for line in (out / "trajectory.jsonl").read_text().splitlines()]
-    assert len(tasks) == 18 and again.summary["n"] == 18
+    assert len(tasks) == 18 and again.summary.n == 18
     assert len({(t["id"], t["repeat"]) for t in tasks}) == 18

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from rollout.events import ErrorEvent
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway_file import GATEWAYS_DIR
-from rollout.records import Passage
+from rollout.records import Passage, Question
 from rollout.retrieval import BM25Retriever
-from rollout.run.worker import RolloutWorker
+from rollout.run.worker import EnvSpec, RolloutWorker
 from tests.conftest import gateway_on_loopback
 
 PASSAGES = [Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961.")]
 GATEWAY = GATEWAYS_DIR / "rag_sparse_only.json"
-QUESTION = {"id": "q1", "question": "Where was Arlen Voss born?", "golden_answers": ["Kelmor"]}
+QUESTION = Question("q1", "Where was Arlen Voss born?", ["Kelmor"])
 
 
 @pytest.mark.parametrize(
@@ -31,14 +32,14 @@ async def test_only_the_task_deadline_makes_a_timeout(
 ) -> None:
     kb = KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
     with gateway_on_loopback(GATEWAY, kb, tmp_path) as url:
-        worker = RolloutWorker("w0", {"url": url, "gateway_config_path": str(GATEWAY)}, agent,
-                               task_timeout_s=task_timeout_s)
+        worker = RolloutWorker("w0", EnvSpec(url, str(GATEWAY)), agent, task_timeout_s=task_timeout_s)
         try:
             result = await worker.run_task(QUESTION)
         finally:
             await worker.close()
-    assert (result["status"], result["events"][-1]["kind"]) == (status, status)
-    assert result["error"].startswith(message)
+    last = result.events[-1]
+    assert isinstance(last, ErrorEvent) and (result.status, last.kind) == (status, status)
+    assert result.error is not None and result.error.startswith(message)
 
 
 async def test_a_gateway_that_cannot_be_reached_makes_an_infra_error_not_an_error(tmp_path) -> None:
@@ -48,11 +49,12 @@ async def test_a_gateway_that_cannot_be_reached_makes_an_infra_error_not_an_erro
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
     agent = {"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 0.0}
-    worker = RolloutWorker("w0", {"url": url, "gateway_config_path": str(GATEWAY)}, agent)
+    worker = RolloutWorker("w0", EnvSpec(url, str(GATEWAY)), agent)
     try:
         result = await worker.run_task(QUESTION)
     finally:
         await worker.close()
         sock.close()
-    assert (result["status"], result["events"][-1]["kind"]) == ("infra_error", "infra_error")
-    assert "could not open an MCP session" in result["error"]
+    last = result.events[-1]
+    assert isinstance(last, ErrorEvent) and (result.status, last.kind) == ("infra_error", "infra_error")
+    assert result.error is not None and "could not open an MCP session" in result.error
