@@ -23,6 +23,7 @@ __all__ = [
     "RolloutError",
     "RunConfig",
     "RunOutcome",
+    "RunSummary",
     "TaskResult",
     "TaskTools",
     "ToolCallRecord",
@@ -44,6 +45,7 @@ _HOMES = {
     "RunConfig": "rollout.run.config",
     "compose_run_config": "rollout.run.config",
     "RunOutcome": "rollout.run.driver",
+    "RunSummary": "rollout.summary",
     "run": "rollout.run.driver",
 }
 
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from rollout.records import Passage, Question, TaskResult, ToolCallRecord, ToolResult
     from rollout.run.config import RunConfig, compose_run_config
     from rollout.run.driver import RunOutcome, run
+    from rollout.summary import RunSummary
 
 
 def __getattr__(name: str) -> Any:
