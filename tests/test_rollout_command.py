@@ -18,7 +18,8 @@ import pytest
 
 import rollout.cli
 from rollout.paths import CONF_DIR, PROJECT_ROOT
-from rollout.report.scoring import print_summary
+from rollout.records import Question, TaskResult
+from rollout.report.scoring import print_summary, summarize
 from rollout.run_folder import STATS_DIR
 from tests.report.runs import GATEWAY_CALLS, TASKS, make_run
 
@@ -97,16 +98,18 @@ def test_report_and_view_dispatch_to_their_modules(tmp_path, capsys):
 
 def test_the_run_summary_prints_whole_to_a_pipe(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "20")
-    summary = {"mode": "hybrid", "n": 2, "metrics": dict.fromkeys(("exact_match", "f1", "contains_answer",
-                                                                   "retrieval_recall"), 0.5),
-               "errors": 0, "wall_time_s": 1.0, "tool_calls": {"query_knowledge_base_sparse": {"calls": 3, "failed": 0}},
-               "ci95": {}, "repeats": 1}
+    records = [
+        TaskResult.answered(Question(f"q{i}", "Who?", ["Ada"]), prediction="Ada", worker_id="w", latency_s=0.1,
+                            usage={}, calls=[], turns=1, messages=[], events=[])
+        for i in range(2)
+    ]
+    summary = summarize(records, mode="hybrid", gateway_file="g.json", wall_time_s=1.0)
     print_summary(summary, Path("out"))
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if "EM" in line)
     assert [cell.strip() for cell in header.strip("┃").split("┃")] == [
         "EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "time (s)"]
-    assert "query_knowledge_base_sparse" in out
+    assert "tool calls" in out
 
 
 def test_a_run_from_an_empty_folder_leaves_it_empty_and_pipes_its_summary_whole(tmp_path):
