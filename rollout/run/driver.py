@@ -160,8 +160,26 @@ def run(cfg: RunConfig) -> RunOutcome:
         return _run_holding_lock(cfg)
 
 
+class Timeline:
+    """Where a run's wall time goes: seconds since the start at each step, logged as one line at the end."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.marks: list[tuple[str, float]] = []
+
+    def mark(self, step: str) -> None:
+        self.marks.append((step, time.perf_counter() - self.started))
+
+    def mark_once(self, step: str) -> None:
+        if all(name != step for name, _ in self.marks):
+            self.mark(step)
+
+    def line(self) -> str:
+        return " · ".join(f"{step} {at:.1f}" for step, at in self.marks)
+
+
 def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
-    t0 = time.perf_counter()
+    timeline = Timeline()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
     keep_rag_modules(gateway_file, cfg.gateway_config_path)  # and a file that leaves the agent no tool
@@ -172,14 +190,18 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     if not cfg.resume:
         start_fresh(out)
     logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, len(data.questions), cfg.gateway_config_path)
+    timeline.mark("data")
 
     interrupted = False
     # The gateway loads its encoder and indexes while Ray starts.
     with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
+        timeline.mark("ray up")
         url = gateway.wait_ready()
+        timeline.mark("gateway ready")
         logger.info("Gateway ready at %s", url)
         env_spec = env_spec_for(cfg, url, run_id=uuid.uuid4().hex)
         finished = finished_tasks(out, RunIdentity.of(cfg, offered_tool_specs(env_spec), data))
+        timeline.mark("tools listed")
         (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
         # Repeat by repeat, so an interrupted run holds whole repeats first.
         todo = [PlannedTask(q, r, cfg.seed + r) for r in range(cfg.repeats) for q in data.questions
@@ -194,6 +216,7 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
             def on_result(result: TaskResult) -> None:
                 append_task(trajectory, result)
                 progress.add(result)
+                timeline.mark_once("first result")
 
             def on_events(events: list[tuple[str, AnyEvent]]) -> None:
                 for task_id, event in events:
@@ -209,16 +232,19 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
             except KeyboardInterrupt:
                 interrupted = True
                 logger.warning("Interrupted: stopping the workers; finished tasks are saved")
+    timeline.mark("all results")
     if not cfg.gateway.url:
         write_tool_report(out)
     asked = {q.id for q in data.questions}
     summary = summarize(
         (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.id in asked and r.repeat < cfg.repeats),
         mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
-        wall_time_s=time.perf_counter() - t0, complete=not interrupted,
+        wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
         score_failed=cfg.score_failed, deterministic_agent=getattr(agent, "deterministic", None),
     )
     write_summary(out, summary)
+    timeline.mark("scored")
+    logger.info("Timeline (seconds since start): %s", timeline.line())
     print_summary(summary, out)
     if interrupted:
         raise RunInterrupted(
