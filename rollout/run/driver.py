@@ -33,7 +33,7 @@ from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
 from rollout.run.resume import finished_tasks, start_fresh
-from rollout.run.scheduler import PlannedTask, Scheduler
+from rollout.run.scheduler import PlannedTask, Scheduler, start_actors
 from rollout.run.worker import EnvSpec
 from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.summary import RunSummary
@@ -196,6 +196,8 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     # The gateway loads its encoder and indexes while Ray starts.
     with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
         timeline.mark("ray up")
+        # Worker processes start (and import) while the gateway loads its encoder and indexes.
+        actors = start_actors(cfg, min(cfg.workers, len(data.questions) * cfg.repeats))
         url = gateway.wait_ready()
         timeline.mark("gateway ready")
         logger.info("Gateway ready at %s", url)
@@ -225,7 +227,7 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
             scheduler = Scheduler(
                 cfg, env_spec, on_result=on_result,
                 gateway=gateway if isinstance(gateway, GatewayProcess) else None,
-                on_events=on_events if cfg.watch else None,
+                on_events=on_events if cfg.watch else None, actors=actors,
             )
             try:
                 scheduler.run(todo)

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
@@ -111,6 +111,18 @@ class PlannedTask:
                                  seed=self.seed)
 
 
+def new_actor(cfg: RunConfig, worker_id: str, env_spec: EnvSpec | None) -> Any:
+    """A rollout worker actor (its process starts now; without `env_spec` it waits for `use_env`)."""
+    return RolloutWorkerActor.remote(
+        worker_id, env_spec, cfg.agent, task_timeout_s=cfg.task_timeout_s, watch=cfg.watch
+    )
+
+
+def start_actors(cfg: RunConfig, count: int) -> list[Any]:
+    """`count` workers started before the gateway is ready, so their start overlaps its loading."""
+    return [new_actor(cfg, f"worker-{i}", None) for i in range(count)]
+
+
 class Scheduler:
     """Runs questions on a pool of actors; see the module docstring."""
 
@@ -122,7 +134,10 @@ class Scheduler:
         on_result: Callable[[TaskResult], None],
         gateway: Gateway | None = None,
         on_events: Callable[[list[tuple[str, AnyEvent]]], None] | None = None,
+        actors: Sequence[Any] = (),
     ):
+        """`actors` are workers already started by `start_actors` (without an environment); the run uses
+        them first and gives them `env_spec`."""
         self.cfg = cfg
         self.env_spec = env_spec
         self.on_result = on_result
@@ -135,19 +150,21 @@ class Scheduler:
         self._slots: list[_Slot] = []
         self._pending: dict[ray.ObjectRef, tuple[_Slot, Any, PlannedTask, int]] = {}
         """In-flight tasks: the slot, the actor it was sent to, the task and its attempt."""
+        self._prestarted = list(actors)
 
     def _new_actor(self, worker_id: str) -> Any:
-        return RolloutWorkerActor.remote(
-            worker_id, self.env_spec, self.cfg.agent, task_timeout_s=self.cfg.task_timeout_s, watch=self.cfg.watch
-        )
+        return new_actor(self.cfg, worker_id, self.env_spec)
 
     def run(self, tasks: list[PlannedTask]) -> None:
         """Run every task to a result (or until interrupted: KeyboardInterrupt propagates)."""
-        if not tasks:
-            return
         queue: deque[tuple[PlannedTask, int]] = deque((t, 1) for t in tasks)
-        n_workers = max(1, min(self.cfg.workers, len(tasks)))
-        self._slots = [_Slot(f"worker-{i}", self._new_actor(f"worker-{i}")) for i in range(n_workers)]
+        n_workers = max(1, min(self.cfg.workers, len(tasks))) if tasks else 0
+        for actor in self._prestarted:
+            actor.use_env.remote(self.env_spec)  # before any task: Ray runs one caller's calls in order
+        self._slots = [
+            _Slot(f"worker-{i}", self._prestarted[i] if i < len(self._prestarted) else self._new_actor(f"worker-{i}"))
+            for i in range(max(n_workers, len(self._prestarted)))
+        ]
         try:
             with _ctrl_c_between_steps() as ctrl_c:
                 while queue or self._pending:

@@ -23,6 +23,8 @@ from rollout.wire import INFRA_OUTCOMES
 logger = logging.getLogger(__name__)
 
 LIVE_EVENT_BUFFER = 10_000
+ENV_SPEC_WAIT_S = 60.0
+"""How long a task waits for `use_env` on an actor started before the gateway was ready."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +60,15 @@ class EnvSpec:
 
 
 class RolloutWorker:
-    """Async actor: one MCP session (opened on first task), several tasks at once."""
+    """Async actor: one MCP session (opened on first task), several tasks at once.
+
+    `env_spec` may be None for an actor started while the gateway is still loading (its process and
+    imports then overlap the gateway's startup); `use_env` sets it before the first task."""
 
     def __init__(
         self,
         worker_id: str,
-        env_spec: EnvSpec,
+        env_spec: EnvSpec | None,
         agent_spec: dict[str, Any],
         *,
         task_timeout_s: float | None = None,
@@ -76,13 +81,24 @@ class RolloutWorker:
         self.task_timeout_s = task_timeout_s
         self._env: HttpMCPRagEnv | None = None
         self._env_lock = asyncio.Lock()
+        self._spec_given = asyncio.Event()
+        if env_spec is not None:
+            self._spec_given.set()
         # With watch on, events wait here until the driver drains them (bounded: a driver that
         # stops draining must not grow the actor without limit).
         self._live: deque[tuple[str, AnyEvent]] | None = deque(maxlen=LIVE_EVENT_BUFFER) if watch else None
 
+    def use_env(self, env_spec: EnvSpec) -> None:
+        """Set the environment of an actor started before the gateway was ready."""
+        self.env_spec = env_spec
+        self._spec_given.set()
+
     async def _get_env(self) -> HttpMCPRagEnv:
+        # An async actor may start a task before an earlier call from the same caller (use_env) has run.
+        await asyncio.wait_for(self._spec_given.wait(), ENV_SPEC_WAIT_S)
         async with self._env_lock:
             if self._env is None:
+                assert self.env_spec is not None
                 env = self.env_spec.build(self.worker_id)
                 await env.start()
                 self._env = env
