@@ -9,6 +9,7 @@ Ray workers and the env side read it without pulling in the server.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from typing import Any, Literal, get_args
 
@@ -117,3 +118,10 @@ def auth_headers(token: str | None) -> dict[str, str]:
     """Request headers that carry `token` (none without one)."""
     return {"Authorization": f"Bearer {token}"} if token else {}
 
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach; a gateway bound anywhere else wants a token."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

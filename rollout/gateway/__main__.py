@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import logging
 import signal
 import sys
@@ -33,7 +32,7 @@ from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 from rollout.run_folder import STATS_DIR
-from rollout.wire import TOKEN_ENV, resolve_token
+from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if token is None and not _is_loopback(args.host):
+    if token is None and not is_loopback(args.host):
         logger.warning("Serving on %s without a token: anyone who can reach the port can call the tools. "
                        "Set %s to require one.", args.host, TOKEN_ENV)
     collector = StatsCollector(args.output_dir / STATS_DIR) if args.output_dir is not None else None
@@ -165,12 +164,6 @@ def write_report(output_dir: Path) -> None:
 
     write_tool_report(output_dir)
 
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 if __name__ == "__main__":

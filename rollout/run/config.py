@@ -20,6 +20,9 @@ class GatewayConfig:
     """How the run reaches its MCP gateway."""
 
     url: str | None = None
+    host: str | None = None
+    """Address a launched gateway binds; None is 127.0.0.1, or this node's IP when the run joins a Ray cluster
+    (workers on other nodes must reach it)."""
     ready_timeout_s: float = 900.0
     call_timeout_s: float = 60.0
     default_top_k: int = 5

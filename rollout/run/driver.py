@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import tempfile
 import time
 import uuid
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import ray.util
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -39,7 +41,7 @@ from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_t
 from rollout.summary import RunSummary
 from rollout.view.progress import RunProgress
 from rollout.view.render import format_live_event
-from rollout.wire import resolve_token
+from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +91,30 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
         retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
         args = gateway_args(cfg, corpus_path, retriever_config)
         token = cfg.gateway.auth_token
-        with GatewayProcess(args, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token) as gw:
+        host = gateway_host(cfg)
+        if not is_loopback(host) and not resolve_token(token):
+            logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
+                           "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
+        with GatewayProcess(args, host=host, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token) as gw:
             yield gw
+
+
+def gateway_host(cfg: RunConfig) -> str:
+    """Where a launched gateway listens: `gateway.host`, else this node's IP in a cluster (workers on other
+    nodes connect to it), else loopback."""
+    if cfg.gateway.host:
+        return cfg.gateway.host
+    return ray.util.get_node_ip_address() if cfg.ray_address else "127.0.0.1"
+
+
+
+def worker_env_vars(cfg: RunConfig) -> dict[str, str]:
+    """Variables workers on other nodes need from the driver's environment: the LLM key `llm.api_key_env` names.
+
+    (The gateway token travels in `EnvSpec`.) Values go to Ray's runtime environment, not to any file of the run."""
+    llm = cfg.agent.get("llm") if isinstance(cfg.agent.get("llm"), dict) else {}
+    name = llm.get("api_key_env") if llm else None
+    return {name: os.environ[name]} if name and os.environ.get(name) else {}
 
 
 @contextlib.contextmanager
@@ -99,12 +123,15 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    # Joining a cluster, workers on other nodes do not inherit this process's environment.
+    env_vars = worker_env_vars(cfg) if cfg.ray_address else {}
     ray.init(
         address=cfg.ray_address,
         num_cpus=cfg.ray_num_cpus,
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=True,
+        runtime_env={"env_vars": env_vars} if env_vars else None,
     )
     try:
         yield

@@ -1,0 +1,67 @@
+"""A run that joins a Ray cluster: where its gateway listens and what its workers get from the driver's environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import ray.util
+
+from rollout.run.config import compose_run_config
+from rollout.run.driver import gateway_host, worker_env_vars
+from rollout.wire import is_loopback
+
+
+def test_a_local_run_keeps_its_gateway_on_loopback():
+    assert gateway_host(compose_run_config()) == "127.0.0.1"
+
+
+def test_a_cluster_run_binds_the_node_address_unless_told_otherwise():
+    cfg = compose_run_config("ray.address=auto")
+    assert gateway_host(cfg) == ray.util.get_node_ip_address()
+    assert gateway_host(compose_run_config("ray.address=auto", "gateway.host=0.0.0.0")) == "0.0.0.0"
+    assert not is_loopback(gateway_host(cfg)) or ray.util.get_node_ip_address().startswith("127.")
+
+
+def test_host_is_not_part_of_the_run_identity():
+    assert compose_run_config("gateway.host=10.0.0.5").overrides == ()
+
+
+def test_the_llm_key_reaches_workers_by_name_and_nothing_else(monkeypatch):
+    cfg = compose_run_config("agent=openai", "llm.model=m", "llm.api_key_env=MY_KEY")
+    monkeypatch.delenv("MY_KEY", raising=False)
+    assert worker_env_vars(cfg) == {}
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    monkeypatch.setenv("ROLLOUT_GATEWAY_TOKEN", "secret")  # travels in EnvSpec, not the runtime environment
+    assert worker_env_vars(cfg) == {"MY_KEY": "sk-test"}
+    assert worker_env_vars(compose_run_config()) == {}  # the offline agent needs no key
+
+
+def test_is_loopback():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("10.1.2.3") and not is_loopback("0.0.0.0") and not is_loopback("example.org")
+
+
+def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, caplog, tmp_path):
+    from rollout.run import driver
+
+    launched = {}
+
+    class FakeProcess:  # stands in for the child process only: what the driver hands it is what is checked
+        def __init__(self, args, *, host, ready_timeout_s, auth_token):
+            launched.update(host=host, token=auth_token)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(driver, "GatewayProcess", FakeProcess)
+    monkeypatch.delenv("ROLLOUT_GATEWAY_TOKEN", raising=False)
+    cfg = compose_run_config(f"output_dir={tmp_path}")
+    cfg = dataclasses.replace(cfg, gateway=dataclasses.replace(cfg.gateway, host="10.9.8.7"))
+    with caplog.at_level(logging.WARNING, logger="rollout.run.driver"), driver.gateway_for_run(cfg, tmp_path / "c.jsonl"):
+        pass
+    assert launched["host"] == "10.9.8.7"
+    assert "without a token" in caplog.text and "ROLLOUT_GATEWAY_TOKEN" in caplog.text
