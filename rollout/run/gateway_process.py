@@ -1,4 +1,4 @@
-"""Start the gateway as a child process on a free loopback port, restart it on that port, and always stop it."""
+"""Start the gateway as a child process on a free port, watch its health, restart it on that port, always stop it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ logger = logging.getLogger(__name__)
 
 REBIND_TIMEOUT_S = 10.0
 """How long `restart` waits for the old port to become free (another process may hold it briefly)."""
+HEALTH_INTERVAL_S = 10.0
+"""How often a serving gateway's /healthz is asked..."""
+HEALTH_TIMEOUT_S = 5.0
+"""...how long an answer may take..."""
+HEALTH_FAILURES = 3
+"""...and how many unanswered checks in a row make a running gateway count as dead (`is_alive` False)."""
 
 
 class _ExitedEarly(GatewayError):
@@ -38,7 +44,8 @@ class GatewayProcess:
     """
 
     def __init__(self, args: list[str], *, host: str = "127.0.0.1", ready_timeout_s: float = 900.0,
-                 auth_token: str | None = None, rebind_timeout_s: float = REBIND_TIMEOUT_S):
+                 auth_token: str | None = None, rebind_timeout_s: float = REBIND_TIMEOUT_S,
+                 health_interval_s: float = HEALTH_INTERVAL_S, health_timeout_s: float = HEALTH_TIMEOUT_S):
         self.args = list(args)
         self.host = host
         self.ready_timeout_s = ready_timeout_s
@@ -55,6 +62,12 @@ class GatewayProcess:
         self._stopped = False
         self._ready_file = Path(self._tmp.name) / "url"
         self._deadline = 0.0
+        self.health_interval_s = health_interval_s
+        self.health_timeout_s = health_timeout_s
+        self._unresponsive = False
+        """Set by the health monitor: the child runs but has not answered /healthz for HEALTH_FAILURES checks."""
+        self._monitor: threading.Thread | None = None
+        self._stop_monitor = threading.Event()
 
     def __enter__(self) -> GatewayProcess:
         self.launch()
@@ -93,9 +106,35 @@ class GatewayProcess:
             time.sleep(0.05)
         url = ready_file.read_text(encoding="utf-8").strip()
         self._wait_healthy(url, deadline)
+        self._unresponsive = False
         self.url = url
         self._port = urlsplit(url).port or 0
+        if self._monitor is None:
+            self._monitor = threading.Thread(target=self._watch_health, name="gateway-health", daemon=True)
+            self._monitor.start()
         return url
+
+    def _watch_health(self) -> None:
+        """A gateway that runs but stopped answering (a hung event loop) counts as dead, so the run restarts it."""
+        failures = 0
+        while not self._stop_monitor.wait(self.health_interval_s):
+            url, proc = self.url, self._proc
+            if url is None or proc is None or proc.poll() is not None or self._unresponsive:
+                failures = 0  # not serving, already dead, or already reported: the restart path owns it
+                continue
+            failures = 0 if self._answers_health(url) else failures + 1
+            if failures >= HEALTH_FAILURES:
+                logger.warning("The gateway (pid %s) has not answered %s for %d checks of %.0f s; treating it as dead",
+                               proc.pid, _health_url(url), failures, self.health_timeout_s)
+                self._unresponsive = True
+                failures = 0
+
+    def _answers_health(self, url: str) -> bool:
+        try:
+            return httpx.get(_health_url(url), headers=auth_headers(self.auth_token),
+                             timeout=self.health_timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     @property
     def pid(self) -> int | None:
@@ -103,8 +142,8 @@ class GatewayProcess:
         return self._proc.pid if self._proc is not None else None
 
     def is_alive(self) -> bool:
-        """True while the child process runs (it may still be loading its indexes)."""
-        return self._proc is not None and self._proc.poll() is None
+        """True while the child process runs (it may still be loading its indexes) and answers its health checks."""
+        return self._proc is not None and self._proc.poll() is None and not self._unresponsive
 
     def restart(self) -> str:
         """Relaunch the gateway on the host and port it served on, wait until it is healthy, return its URL.
@@ -118,7 +157,8 @@ class GatewayProcess:
         proc, self._proc = self._proc, None
         pid = proc.pid if proc is not None else None
         was_alive = proc is not None and proc.poll() is None
-        code = _end(proc) if proc is not None else None
+        # A gateway that stopped answering cannot shut down cleanly either; its ledger is complete line by line.
+        code = _end(proc, kill_now=self._unresponsive) if proc is not None else None
         self.url = None  # nothing serves it until the new child is healthy
         t0 = time.monotonic()
         rebind_deadline = t0 + self.rebind_timeout_s
@@ -134,7 +174,8 @@ class GatewayProcess:
                     raise
                 time.sleep(0.2)
         self.restarts += 1
-        what = "was stopped to be restarted" if was_alive else _describe_exit(code)
+        what = ("stopped answering and was killed" if was_alive and code == -signal.SIGKILL
+                else "was stopped to be restarted" if was_alive else _describe_exit(code))
         logger.warning("The gateway (pid %s) %s; restarted it at %s in %.1f s", pid, what, url, time.monotonic() - t0)
         if url != before:
             logger.warning("The restarted gateway serves at %s, not at %s as before", url, before)
@@ -149,7 +190,7 @@ class GatewayProcess:
             raise _ExitedEarly(f"gateway exited with code {code} before it was ready; its error is printed above")
 
     def _wait_healthy(self, url: str, deadline: float) -> None:
-        health = url.rsplit("/", 1)[0] + "/healthz"
+        health = _health_url(url)
         headers = auth_headers(self.auth_token)
         while True:
             self._check_alive()
@@ -169,6 +210,7 @@ class GatewayProcess:
 
     def stop(self) -> None:
         """Ask the gateway to shut down (it writes its report), then make sure it is gone."""
+        self._stop_monitor.set()
         with self._lock:
             self._stopped = True
             proc, self._proc = self._proc, None
@@ -177,8 +219,14 @@ class GatewayProcess:
         self._tmp.cleanup()
 
 
-def _end(proc: subprocess.Popen[bytes]) -> int:
-    """Terminate `proc` if it still runs (kill it after 15 s); its exit code."""
+def _health_url(mcp_url: str) -> str:
+    return mcp_url.rsplit("/", 1)[0] + "/healthz"
+
+
+def _end(proc: subprocess.Popen[bytes], *, kill_now: bool = False) -> int:
+    """Terminate `proc` if it still runs (kill it after 15 s, or at once with `kill_now`); its exit code."""
+    if proc.poll() is None and kill_now:
+        proc.kill()
     if proc.poll() is None:
         proc.terminate()
         try:

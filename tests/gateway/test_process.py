@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 import threading
 import time
@@ -94,3 +96,20 @@ def test_restart_needs_a_gateway_that_served_once():
             gw.restart()
     finally:
         gw.stop()
+
+
+def test_a_gateway_that_stops_answering_counts_as_dead_and_is_restarted(cache_dir, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="rollout.run.gateway_process")
+    with GatewayProcess(demo_args(cache_dir, tmp_path), health_interval_s=0.2, health_timeout_s=0.5) as gw:
+        url = gw.wait_ready()
+        assert gw.is_alive()
+        os.kill(gw.pid, signal.SIGSTOP)  # still a running process, but it answers nothing
+        deadline = time.monotonic() + 30
+        while gw.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not gw.is_alive(), "an unanswering gateway should count as dead"
+        assert "has not answered" in caplog.text
+        assert gw.restart() == url
+        assert gw.is_alive()
+        assert not call(url, "after-hang")["is_error"]
+    assert "stopped answering and was killed" in caplog.text
