@@ -56,9 +56,10 @@ def gateway_pids(output_dir: Path) -> list[int]:
 
 
 def test_a_task_over_its_time_limit_keeps_its_partial_trajectory(ray_local, cache_dir, tmp_path):
-    # Room for the first search (a cold BM25 kernel compiles on a loaded machine) well inside the limit.
-    cfg = simulated(tmp_path / "run", cache_dir, "agent.llm_latency_s=0.4", "agent.turns=12",
-                    "task_timeout_s=3", "dataset.limit=4")
+    # Room for a first search well inside the limit on a loaded machine, and turns enough (30 x 0.4 s) to
+    # go past it whatever the load.
+    cfg = simulated(tmp_path / "run", cache_dir, "agent.llm_latency_s=0.4", "agent.turns=30",
+                    "task_timeout_s=6", "dataset.limit=4")
     outcome = run(cfg)
     tasks = read_jsonl(outcome.output_dir / "trajectory.jsonl")
     assert [t["status"] for t in tasks] == ["timeout"] * 4
@@ -66,7 +67,7 @@ def test_a_task_over_its_time_limit_keeps_its_partial_trajectory(ray_local, cach
         kinds = [e["type"] for e in t["events"]]
         assert "tool_call" in kinds and "tool_result" in kinds  # the turns done before the limit
         assert kinds[-1] == "error" and t["events"][-1]["kind"] == "timeout"
-        assert t["tool_calls"] and "time limit of 3 s" in t["error"]
+        assert t["tool_calls"] and "time limit of 6 s" in t["error"]
     assert outcome.summary.timeouts == 4
 
 
