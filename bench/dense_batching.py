@@ -35,6 +35,7 @@ TOP_K = 5
 LEVELS = (1, 8, 64)
 TARGET_LATENCY_RATIO = 1.5
 TARGET_THROUGHPUT_RATIO = 3.0
+CEILING_SIZES = (1, 4, 8, 16, 32)
 
 
 @dataclass
@@ -117,7 +118,7 @@ async def load(gateway: Gateway, callers: int, calls_each: int, queries: list[st
 
 
 def encoder_ceiling(queries: list[str], passages: int) -> dict[int, float]:
-    """Queries/s of encode + one flat search per batch, in this process, by batch size."""
+    """Milliseconds per call of encode + one flat search, in this process with no gateway, by batch size."""
     from rollout.data import generate_demo_kb
     from rollout.retrieval import DenseParams, DenseRetriever, Encoder
 
@@ -125,16 +126,18 @@ def encoder_ceiling(queries: list[str], passages: int) -> dict[int, float]:
     corpus, _ = generate_demo_kb(n_passages=passages, n_questions=0)
     dense = DenseRetriever.from_vectors(encoder.encode_passages([p.contents for p in corpus]), encoder=encoder,
                                         params=DenseParams(max_query_batch=1))
-    rates = {}
-    for size in (1, 4, 8, 16, 32):
+    ms_per_call = {}
+    for size in CEILING_SIZES:
         dense.search(queries[:size], TOP_K)  # warm
-        done, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < 2.0:
+        times = []
+        t_end = time.perf_counter() + 3.0
+        while time.perf_counter() < t_end:
             for i in range(0, 64, size):
+                t0 = time.perf_counter()
                 dense.search(queries[i:i + size], TOP_K)
-                done += size
-        rates[size] = done / (time.perf_counter() - t0)
-    return rates
+                times.append((time.perf_counter() - t0) * 1000.0)
+        ms_per_call[size] = float(np.median(times))
+    return ms_per_call
 
 
 def report(gateways: list[Gateway], args: argparse.Namespace, ceiling: dict[int, float] | None) -> None:
@@ -158,8 +161,13 @@ def report(gateways: list[Gateway], args: argparse.Namespace, ceiling: dict[int,
           f"{'met' if throughput_ratio >= TARGET_THROUGHPUT_RATIO else 'NOT met'}")
     print(f"batched / unbatched p50@1 (idle cost of the window) = {b.p(1, 50) / u.p(1, 50):.2f}")
     if ceiling:
-        print("\nencoder + flat search in one process, no gateway (queries/s by batch size): "
-              + ", ".join(f"{size}: {rate:.0f}" for size, rate in ceiling.items()))
+        print("\nencode + flat search in this process, no gateway (median ms per call / queries per s, by batch size):")
+        print("  " + ", ".join(f"{n}: {ms:.1f} ms / {n / ms * 1000:.0f} q/s" for n, ms in ceiling.items()))
+        best = max(ceiling, key=lambda n: n / ceiling[n])
+        print(f"  floor for p50@8 / p50@1 from the encoder alone (8 queries in one call vs 1): "
+              f"{ceiling[8] / ceiling[1]:.2f}")
+        print(f"  ceiling for calls/s from the encoder alone (batch {best}): {best / ceiling[best] * 1000:.0f}; "
+              f"that / unbatched calls/s@64 = {best / ceiling[best] * 1000 / u.rate(64):.2f}")
 
 
 def main() -> int:

@@ -7,9 +7,11 @@ all-MiniLM-L6-v2). `QueryBatcher` hands every search to one worker thread, which
 waiting queries in one call and searches their vectors in one faiss call per distinct k, then
 gives each caller its own rows.
 
-A batch starts when `max_queries` queries wait or `wait_s` after its first query arrived,
-whichever comes first; queries that arrive while a batch runs form the next one without waiting
-further. If a batch fails, each of its searches is run again alone, so a failing query fails
+Queries that arrive while a batch runs form the next one. A batch starts as soon as as many
+queries wait as the last batch held (the first batch: `max_queries`), or `wait_s` after the worker
+got free, whichever comes first, and takes up to `max_queries` of those waiting: a caller making
+one search after another never waits, and callers answered together, who tend to come back
+together, are not split into a query encoded alone and the rest one encode later. If a batch fails, each of its searches is run again alone, so a failing query fails
 only its own caller.
 """
 
@@ -43,7 +45,7 @@ class BatchSettings:
     max_queries: int = 16
     """Most queries in one batch; 1 turns batching off (each search runs on its caller's thread)."""
     wait_s: float = 0.002
-    """How long a batch's first query waits for others to join before the batch starts."""
+    """Longest a free worker waits for the queries it expects (as many as the last batch held)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_queries, bool) or not isinstance(self.max_queries, int) or self.max_queries < 1:
@@ -87,6 +89,8 @@ class QueryBatcher:
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._last_size = settings.max_queries
+        """Queries in the last batch; the first batch waits to fill up."""
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """The same hits as `search_vectors(encode(queries), k)`, computed in a batch with concurrent calls."""
@@ -127,9 +131,12 @@ class QueryBatcher:
                 if self._closed:
                     return None
                 self._cond.wait()
-            # Counted from the first query's arrival: queries that waited through a previous batch go at once.
-            deadline = self._pending[0].arrived + self.settings.wait_s
-            while not self._closed and sum(len(r.queries) for r in self._pending) < limit:
+            # Callers answered together tend to come back together: wait (at most wait_s) for as many
+            # queries as the last batch held. A lone caller then never waits, and a group does not
+            # split into a first query encoded alone and the rest one encode later.
+            expected = min(limit, self._last_size)
+            deadline = time.perf_counter() + self.settings.wait_s
+            while not self._closed and sum(len(r.queries) for r in self._pending) < expected:
                 left = deadline - time.perf_counter()
                 if left <= 0:
                     break
@@ -139,9 +146,11 @@ class QueryBatcher:
                 request = self._pending.popleft()
                 batch.append(request)
                 size += len(request.queries)
+            self._last_size = size
             return batch
 
     def _run(self, batch: list[_Request]) -> None:
+        logger.debug("batch of %d searches, %d queries", len(batch), sum(len(r.queries) for r in batch))
         try:
             vectors = self._encode([q for r in batch for q in r.queries])
             starts = np.cumsum([0] + [len(r.queries) for r in batch])

@@ -42,7 +42,7 @@ class DenseParams:
     max_query_batch: int = 16
     """Most concurrent queries encoded together and searched in one faiss call; 1 = each alone. Speed only."""
     batch_wait_ms: float = 2.0
-    """How long a batch's first query waits for concurrent ones to join. Speed only."""
+    """Longest the batcher waits for the queries it expects (as many as its last batch held). Speed only."""
 
 
 @dataclass(frozen=True, slots=True)

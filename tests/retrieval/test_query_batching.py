@@ -109,7 +109,8 @@ def test_concurrent_hybrid_and_dense_share_batches_and_match_one_at_a_time(demo,
 def test_a_batch_never_exceeds_its_max_size(demo, vectors, encoder) -> None:
     _, queries = demo
     recording = RecordingEncoder(encoder)
-    batched = retriever(vectors, recording, max_query_batch=4)
+    # A short window: a last batch left below the size of the one before starts without the others.
+    batched = retriever(vectors, recording, max_query_batch=4, wait_ms=100)
     # Mixed request sizes: a two-query search counts two toward the limit.
     requests = [[q] for q in queries[:12]] + [queries[12:14], queries[14:16]]
     try:
@@ -161,7 +162,7 @@ def test_a_failing_query_fails_only_its_caller(demo, vectors, encoder) -> None:
 def test_an_idle_single_search_is_answered_exactly_as_unbatched(demo, vectors, encoder) -> None:
     _, queries = demo
     plain = retriever(vectors, encoder, max_query_batch=1)
-    # Default window: nobody else comes, the batch of one starts when it ends.
+    # Default window: nobody else comes; the first batch waits it out, later ones expect one query and go at once.
     batched = DenseRetriever.from_vectors(vectors, encoder=encoder, params=DenseParams())
     assert batched.batching == BatchSettings(max_queries=16, wait_s=0.002)
     try:
