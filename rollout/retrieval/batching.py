@@ -11,8 +11,13 @@ Queries that arrive while a batch runs form the next one. A batch starts as soon
 queries wait as the last batch held (the first batch: `max_queries`), or `wait_s` after the worker
 got free, whichever comes first, and takes up to `max_queries` of those waiting: a caller making
 one search after another never waits, and callers answered together, who tend to come back
-together, are not split into a query encoded alone and the rest one encode later. If a batch fails, each of its searches is run again alone, so a failing query fails
-only its own caller.
+together, are not split into a query encoded alone and the rest one encode later. If a batch
+fails, each of its searches is run again alone, so a failing query fails only its own caller.
+
+A search that runs alone is computed exactly as without batching. In a batch, the encoder's
+output for a query can move in its last bits with the other rows (BLAS picks kernels by matrix
+shape; measured at most 9e-8 per component, 5e-7 per score), so scores agree with unbatched ones
+to float32 rounding and rankings are the same unless two passages score within that.
 """
 
 from __future__ import annotations
