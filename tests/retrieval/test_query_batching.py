@@ -14,6 +14,7 @@ from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, HybridRetriever, RetrievalParams
 from rollout.retrieval.batching import BatchSettings
+from rollout.run.identity_keys import is_identity_key
 
 # The encoder's output for a query moves in its last bits with the other rows of its batch
 # (BLAS picks kernels by matrix shape; measured at most 9e-8 per vector component), so scores
@@ -177,6 +178,9 @@ def test_an_idle_single_search_is_answered_exactly_as_unbatched(demo, vectors, e
 def test_batching_settings_are_checked() -> None:
     params = RetrievalParams.from_dict({"dense": {"max_query_batch": 1, "batch_wait_ms": 0}})
     assert (params.dense.max_query_batch, params.dense.batch_wait_ms) == (1, 0)
+    # Speed only: a run is the same run whatever the batching.
+    assert not any(is_identity_key(f"retriever.dense.{key}", uses_llm=True)
+                   for key in ("max_query_batch", "batch_wait_ms"))
     with pytest.raises(RetrievalError, match="max_query_batch=0"):
         BatchSettings.from_params(0, 2)
     with pytest.raises(RetrievalError, match="batch_wait_ms"):
