@@ -19,6 +19,7 @@ import numpy as np
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import PAD_INDEX, PAD_SCORE, Hits, check_k, empty_hits, read_index_meta
+from rollout.retrieval.batching import BatchSettings, QueryBatcher
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.params import DenseParams
 
@@ -51,12 +52,17 @@ _READ_FLAGS: tuple[int, ...] = tuple(
 class DenseRetriever:
     """Cosine search over pre-encoded passages; text queries are encoded on the fly.
 
-    `encoder` may be None for an index searched only through `search_vectors`.
+    `encoder` may be None for an index searched only through `search_vectors`. With `batching`
+    enabled, text searches from concurrent threads are encoded and searched together
+    (`rollout.retrieval.batching`); a search made alone is computed exactly as without it.
     """
 
     name = "dense"
 
-    def __init__(self, index: faiss.Index, encoder: TextEncoder | None, *, ef_search: int | None = None) -> None:
+    def __init__(
+        self, index: faiss.Index, encoder: TextEncoder | None, *, ef_search: int | None = None,
+        batching: BatchSettings | None = None,
+    ) -> None:
         if encoder is not None and index.d != encoder.dimension:
             raise RetrievalError(
                 f"the index holds {index.d}-d vectors but encoder {encoder.model_id!r} makes "
@@ -72,6 +78,9 @@ class DenseRetriever:
         self._hnsw = _find_hnsw(index)
         if ef_search is not None:
             self.ef_search = ef_search
+        self._batcher: QueryBatcher | None = None
+        if encoder is not None and batching is not None and batching.enabled:
+            self._batcher = QueryBatcher(encoder.encode_queries, self.search_vectors, batching)
 
     @classmethod
     def build(
@@ -120,7 +129,7 @@ class DenseRetriever:
         else:
             index = faiss.IndexFlatIP(dimension)
         index.add(vectors)
-        return cls(index, encoder, ef_search=params.ef_search)
+        return cls(index, encoder, ef_search=params.ef_search, batching=_batching(params))
 
     @classmethod
     def from_existing_index(
@@ -158,7 +167,7 @@ class DenseRetriever:
                 f"{encoder.dimension}-d ones (for {corpus}); set retriever.dense.encoder (and its query_prefix) "
                 "to the model that built the index, e.g. intfloat/e5-base-v2 with 'query: '"
             )
-        retriever = cls(index, encoder, ef_search=params.ef_search)
+        retriever = cls(index, encoder, ef_search=params.ef_search, batching=_batching(params))
         logger.debug("serving existing %s index %s", type(faiss.downcast_index(index)).__name__, index_path)
         return retriever
 
@@ -187,8 +196,22 @@ class DenseRetriever:
         if self._hnsw is not None:
             self._hnsw.hnsw.efSearch = int(value)
 
+    @property
+    def batching(self) -> BatchSettings | None:
+        """How concurrent text searches are batched; None when each runs alone on its caller's thread."""
+        return None if self._batcher is None else self._batcher.settings
+
+    def close(self) -> None:
+        """Stop the batching thread, if any; later text searches run alone on their callers' threads."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher.close()
+
     def search(self, queries: Sequence[str], k: int) -> Hits:
-        """Encode all queries in one batch, then rank passages by cosine in one faiss search."""
+        """Encode all queries in one batch, then rank passages by cosine in one faiss search.
+
+        With batching, concurrent calls share that encode and search; each gets its own rows.
+        """
         check_k(k)
         if isinstance(queries, str):
             raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
@@ -199,6 +222,9 @@ class DenseRetriever:
             )
         if len(queries) == 0:
             return empty_hits(0, k)
+        batcher = self._batcher
+        if batcher is not None:
+            return batcher.search(queries, k)
         return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
@@ -265,7 +291,11 @@ class DenseRetriever:
                 f"dense index at {path} holds {index.ntotal} {index.d}-d vectors, its {_META} says "
                 f"{meta.get('num_passages')} {meta.get('dimension')}-d ones; delete it and rebuild"
             )
-        return cls(index, encoder, ef_search=params.ef_search)
+        return cls(index, encoder, ef_search=params.ef_search, batching=_batching(params))
+
+
+def _batching(params: DenseParams) -> BatchSettings:
+    return BatchSettings.from_params(params.max_query_batch, params.batch_wait_ms)
 
 
 def _check_params(params: DenseParams) -> None:

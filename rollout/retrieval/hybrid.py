@@ -21,6 +21,9 @@ class HybridRetriever:
     exactly 0 from any other sparse retriever is left out too, so no passage is credited for a
     rank it holds only by row order. A query the sparse side cannot match is ranked by the dense
     side alone.
+
+    The dense half goes through `dense.search`, so a batching `DenseRetriever` encodes the queries
+    of concurrent hybrid searches together, and with concurrent dense searches on the same index.
     """
 
     name = "hybrid"

@@ -39,6 +39,10 @@ class DenseParams:
     """An existing faiss index whose row i is line i of the corpus (FlashRAG / Search-R1 layout)."""
     batch_size: int = 64
     """Passages per encoder batch when building."""
+    max_query_batch: int = 16
+    """Most concurrent queries encoded together and searched in one faiss call; 1 = each alone. Speed only."""
+    batch_wait_ms: float = 2.0
+    """Longest the batcher waits for the queries it expects (as many as its last batch held). Speed only."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ IDENTITY_ROOTS = (
 
 NOT_IDENTITY = (
     "dataset.name", "dataset.limit", "retriever.kind", "retriever.dense.batch_size",
+    "retriever.dense.max_query_batch", "retriever.dense.batch_wait_ms",
     "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
     "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
 )
