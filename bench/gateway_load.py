@@ -17,8 +17,7 @@ call carries a unique `rollout/call_id`. Servers:
   gw-bm25      the real sparse tool over BM25 on the generated demo corpus
 
 The bare servers get the SDK's own client with default settings (`Client(url)`); the gateways get
-the client a rollout worker uses (`envs.mcp_transport.mcp_client`), so both sides of the wire are
-what a run pays. Figures per server, pooled over the rounds (servers take turns, in alternating
+the client a rollout worker uses (`envs.HttpMCPEnv`), so both sides of the wire are what a run pays. Figures per server, pooled over the rounds (servers take turns, in alternating
 order, so drift hits all alike): calls/s over the load phases; client round-trip p50/p95; CPU per
 call of the server (user+system time of the server process during the load phases / calls), of
 the client processes (the same, measured in each client process between the barriers) and of
@@ -153,38 +152,47 @@ async def _client_phase(url: str, kind: str, first: int, sessions: int, calls: i
                         queries: list[str], start: Any, end: Any) -> dict[str, Any]:
     from mcp.client.client import Client
 
-    from envs.mcp_transport import mcp_client
+    from envs import HttpMCPEnv
+    from rollout.gateway_file import GATEWAYS_DIR
     from rollout.wire import META_CALL_ID, result_text
-
-    # The bare SDK with its defaults, against the client a rollout worker opens.
-    connect = Client if kind.startswith("bare") else mcp_client
 
     opened, all_open, go, done = 0, asyncio.Event(), asyncio.Event(), asyncio.Event()
     finished, sent, latencies, errors = 0, [], [], 0
 
-    async def session(s: int) -> None:
-        nonlocal opened, finished, errors
-        async with connect(url) as client:
+    async def bare(s: int) -> None:
+        """The bare SDK with its defaults: `Client(url)`, `call_tool`, the text an agent reads."""
+        async with Client(url) as client:
             await client.list_tools()  # caches the output schemas, as a rollout worker does at start
-            opened += 1
-            if opened == sessions:
-                all_open.set()
-            await go.wait()
-            for i in range(calls):
-                call_id = f"{tag}-{s}-{i}"
-                tool, args = call_spec(kind, queries[(s * calls + i) % len(queries)])
-                sent.append(call_id)
-                t0 = time.perf_counter()
-                result = await client.call_tool(tool, args, meta={META_CALL_ID: call_id})
-                result_text(result)  # what an agent reads of it
-                latencies.append((time.perf_counter() - t0) * 1000.0)
-                errors += bool(result.is_error)
-            finished += 1
-            if finished == sessions:
-                done.set()
-            await end_passed.wait()  # sessions close after the parent read the server's CPU time
+            await calls_of(s, lambda tool, args, call_id: client.call_tool(tool, args, meta={META_CALL_ID: call_id}),
+                           lambda result: (result_text(result), bool(result.is_error)))
+
+    async def env(s: int) -> None:
+        """The client a rollout worker opens: `HttpMCPEnv`, its session, calls and records."""
+        async with HttpMCPEnv(url, GATEWAYS_DIR / "rag_sparse_only.json", worker_id=f"{tag}-{s}") as e:
+            await calls_of(s, lambda tool, args, call_id: e.call(tool, args, task_id=f"{tag}-{s}", call_id=call_id),
+                           lambda answer: (answer[0].text, not answer[0].ok))
+
+    async def calls_of(s: int, call: Any, read: Any) -> None:
+        nonlocal opened, finished, errors
+        opened += 1
+        if opened == sessions:
+            all_open.set()
+        await go.wait()
+        for i in range(calls):
+            call_id = f"{tag}-{s}-{i}"
+            tool, args = call_spec(kind, queries[(s * calls + i) % len(queries)])
+            sent.append(call_id)
+            t0 = time.perf_counter()
+            _, error = read(await call(tool, args, call_id))
+            latencies.append((time.perf_counter() - t0) * 1000.0)
+            errors += error
+        finished += 1
+        if finished == sessions:
+            done.set()
+        await end_passed.wait()  # sessions close after the parent read the server's CPU time
 
     end_passed = asyncio.Event()
+    session = bare if kind.startswith("bare") else env
     tasks = [asyncio.create_task(session(first + s)) for s in range(sessions)]
     await _first_of(all_open.wait(), tasks)
     await asyncio.to_thread(start.wait, 120)
