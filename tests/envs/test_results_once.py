@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+
 from envs import HttpMCPEnv
 from envs.mcp_transport import mcp_client
 from rollout.gateway.knowledge import KnowledgeBase
@@ -13,8 +14,8 @@ from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import GatewayFile
 from rollout.records import Passage
-from rollout.run_folder import CALLS_FILE
 from rollout.retrieval import BM25Retriever
+from rollout.run_folder import CALLS_FILE
 from rollout.wire import META_TEXT, TEXT_FROM_STRUCTURED, classify_result, result_text
 from tests.gateway.loopback import serving
 
@@ -65,13 +66,12 @@ async def test_env_reads_the_same_text_and_ids_as_from_the_full_result(gateway):
     async with HttpMCPEnv(url, config, worker_id="w1") as env:
         task = env.for_task("t1")
         got = [await task.call_tool(name, args) for name, args in CALLS]
-    for (name, args), before, after in zip(CALLS, full, got, strict=True):
+    for (name, args), before, after, record in zip(CALLS, full, got, task.calls, strict=True):
         ok, outcome, error, ids = classify_result(before)
         assert after.ok is ok, (name, args)
         assert after.text == (error if error is not None else result_text(before)), (name, args)
         assert after.structured == (before.structured_content if ok else None), (name, args)
-        assert [r.result_ids for r in task.calls if r.name == name and r.arguments == args][0] == ids
-        assert [r.outcome for r in task.calls if r.name == name and r.arguments == args][0] == outcome
+        assert (record.name, record.outcome, record.result_ids) == (name, outcome, ids)
     assert got[0].structured["results"] and got[1].structured["results"], "the searches must find passages"
     # The tool report's ledger records the same outcomes and ids for both clients' calls.
     ledger = [json.loads(line) for line in (stats_dir / CALLS_FILE).read_text(encoding="utf-8").splitlines()]
