@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from envs.mcp_session import McpSession
-from envs.mcp_transport import describe, is_transport_failure, root_cause
+from envs.mcp_transport import describe, is_transport_failure, root_cause, trust_tool_results
 from envs.schema import mcp_tool_to_function
 from envs.task_session import TaskSession
 from rollout.errors import GatewayError
@@ -34,7 +34,9 @@ from rollout.wire import (
     META_GROUP,
     META_RUN_ID,
     META_TASK_ID,
+    META_TEXT,
     META_WORKER_ID,
+    TEXT_FROM_STRUCTURED,
     TOOLSETS_GROUP,
     Outcome,
     auth_headers,
@@ -147,6 +149,7 @@ class HttpMCPEnv:
     async def _list_tools(self, client: Client, reopened: bool) -> None:
         """The session's `on_open` hook: adopt the listed tools, or refuse a session offering other ones."""
         listed = (await client.list_tools()).tools
+        trust_tool_results(client)
         allowed = set(self.allowed_groups)
         tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
         specs = [mcp_tool_to_function(t) for t in tools]
@@ -183,8 +186,9 @@ class HttpMCPEnv:
             return self._finish(call_id, name, arguments, started, t0, False, "unknown_tool", text, None, False)
         if not self._session.started:
             raise RuntimeError("environment is not started: use `async with env:` or `await env.start()`")
+        # META_TEXT: the gateway may send a typed result once, as structured content; `result_text` makes the text.
         meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id, META_ATTEMPT: attempt,
-                META_RUN_ID: self.run_id}
+                META_RUN_ID: self.run_id, META_TEXT: TEXT_FROM_STRUCTURED}
         used, retried = 0, False
         while True:
             client, used, why = await self._session.acquire(used, self.reconnect_timeout_s)

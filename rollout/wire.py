@@ -25,6 +25,13 @@ META_ATTEMPT = "rollout/attempt"
 META_RUN_ID = "rollout/run_id"
 """Identity of the run the call belongs to (scopes per-task state on a shared gateway)."""
 
+META_TEXT = "rollout/text"
+"""On a request, `TEXT_FROM_STRUCTURED`: the client makes a result's text from its structured content itself,
+so the gateway may leave the text out. On a result, `TEXT_FROM_STRUCTURED`: the gateway left it out."""
+TEXT_FROM_STRUCTURED = "from_structured"
+"""The text of a result is its structured content as JSON indented by 2, exactly what the `mcp` SDK's server
+writes as the text of a tool's structured result; `result_text` makes it from the structured content."""
+
 # --- result `_meta` keys (gateway → client) -----------------------------------------------------
 META_OUTCOME = "rollout/outcome"
 """Set on error results the gateway made itself (`timeout`, `upstream_unavailable`)."""
@@ -75,9 +82,23 @@ def _field(result: Any, attr: str, key: str) -> Any:
 
 
 def result_text(result: Any) -> str:
-    """The text content of a tools/call result (model or wire dict), joined."""
+    """The text content of a tools/call result (model or wire dict), joined.
+
+    A result the gateway sent without its text (marked `TEXT_FROM_STRUCTURED`) gets the text the gateway
+    would have sent: its structured content as JSON indented by 2, as the `mcp` SDK's server writes it."""
     content = _field(result, "content", "content") or []
+    if not content and (_field(result, "meta", "_meta") or {}).get(META_TEXT) == TEXT_FROM_STRUCTURED:
+        structured = _field(result, "structured_content", "structuredContent")
+        if structured is not None:
+            return structured_text(structured)
     return "\n".join(str(_field(c, "text", "text") or "") for c in content).strip()
+
+
+def structured_text(structured: Any) -> str:
+    """Structured content as the text the `mcp` SDK's server sends beside it (`pydantic_core.to_json`, indent 2)."""
+    import pydantic_core  # the serializer the SDK uses, so the bytes match; not at import (see the module docstring)
+
+    return pydantic_core.to_json(structured, indent=2).decode().strip()
 
 
 def classify_result(result: Any) -> tuple[bool, Outcome, str | None, list[str]]:

@@ -12,13 +12,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, InputRequiredResult
 from starlette.applications import Starlette
 
 from rollout.errors import ConfigError
 from rollout.gateway.auth import BearerTokenAuth
 from rollout.gateway.proxy import PROXY_ROUTE, ToolProxy
+from rollout.gateway.structured import structured_only
 from rollout.gateway.upstream import UpstreamTools
 
 Transport = Literal["streamable-http", "sse"]
@@ -34,6 +36,14 @@ class GatewayServer(MCPServer):
         self.upstreams = upstreams if upstreams is not None else UpstreamTools()
         self.proxy = ToolProxy(self, loopback_security("127.0.0.1"))
         self.custom_route(PROXY_ROUTE, methods=["POST"], name="tool_proxy")(self.proxy.handle)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """The SDK's call, except that a client which makes the text from the structured content itself
+        (request `_meta` `rollout/text`) gets a typed result without it: see `rollout.gateway.structured`."""
+        answered = await structured_only(self._tool_manager, name, arguments, context)
+        return answered if answered is not None else await super().call_tool(name, arguments, context)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -83,7 +93,9 @@ def gateway_app(
     if transport == "sse":
         app = server.sse_app(host=host, transport_security=security)
     else:
-        app = server.streamable_http_app(host=host, transport_security=security)
+        # JSON response mode: a call is answered with one JSON body, without the SSE mode's per-request task
+        # group and stream (the gateway sends no notifications mid-call).
+        app = server.streamable_http_app(host=host, transport_security=security, json_response=True)
     if isinstance(server, GatewayServer):
         server.proxy.protect(security)
     if start_runtime and isinstance(server, GatewayServer):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ class CallStat:
     """The task's attempt number (request `_meta`); the report counts the attempt the trajectory kept."""
 
 
+_STAT_FIELDS = tuple(f.name for f in fields(CallStat))
+
+
 def _ends_mid_line(path: Path) -> bool:
     with path.open("rb") as f:
         if f.seek(0, 2) == 0:
@@ -69,7 +72,8 @@ class StatsCollector:
 
     def record(self, stat: CallStat) -> None:
         # One write per line from the gateway's single event loop: lines never interleave.
-        self._file.write(json.dumps(asdict(stat)) + "\n")
+        # The fields read directly, not `dataclasses.asdict`: its deep copy was most of a record's cost.
+        self._file.write(json.dumps({name: getattr(stat, name) for name in _STAT_FIELDS}) + "\n")
         self._file.flush()
 
     def close(self) -> None:
