@@ -11,7 +11,7 @@ and the last wave of C results, when C tasks are in flight; actor start-up and t
 ramp-down are left out) and its fraction of the ideal. Rows "LLM turns only" measure the
 harness: Ray, the actors, the scheduler and the result handling. Rows "with tool calls" add a
 real MCP call (BM25 search) in each turn but the last, so they are also bounded by what an MCP
-call costs in CPU on both sides of the wire (about 8 ms with the bare `mcp` SDK here, see
+call costs in CPU on both sides of the wire (about 7 ms with the bare `mcp` SDK here, see
 bench/gateway_load.py): their tool calls/s column shows that ceiling being reached.
 Target: at least 0.8 of the ideal at 128.
 
