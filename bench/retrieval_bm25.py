@@ -178,12 +178,14 @@ def bench_first_query(sparse_dir: Path, query: str) -> list[Row]:
                 del os.environ["NUMBA_CACHE_DIR"]
             else:
                 os.environ["NUMBA_CACHE_DIR"] = previous
-    warm_load, warm_first = sorted(warm, key=lambda pair: pair[0].seconds)[1]
+    loads = sorted(load.seconds for load, _ in warm)
+    firsts = sorted(first.seconds for _, first in warm)
     rows += [
         Row("startup", "sparse bm25s, fresh process, empty kernel cache: load (compiles); first query",
             f"{cold_load.seconds:.2f} s; {cold_first.seconds * 1e3:.1f} ms"),
         Row("startup", "sparse bm25s, fresh process, kernel cached on disk: load; first query (median of 3)",
-            f"{warm_load.seconds:.2f} s; {warm_first.seconds * 1e3:.1f} ms", target="first query < 50 ms"),
+            f"{loads[1]:.2f} s; {firsts[1] * 1e3:.1f} ms", target="first query < 50 ms"),
+        Row("startup", "  the same, slowest of the 3 first queries", f"{firsts[-1] * 1e3:.1f} ms"),
     ]
     return rows
 
