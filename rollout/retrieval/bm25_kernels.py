@@ -6,9 +6,12 @@ does. `bm25s_top_k` answers through bm25s' numba retrieval kernel (what
 `bm25s.BM25.retrieve(..., backend="numba")` runs) re-ranked to the same contract; it is kept so
 `bench/retrieval.py` measures both in one run. bm25s' heap keeps an arbitrary subset of the
 passages tied at its cut-off, so asking it for a few more than k is not enough where ties are
-common: on the generated 100k corpus 24-29% of the queries still had the k-th score tied at
-the 18th, 74th and 2,058th place and had to be answered again exactly, and our kernel won in
-the same run (figures in the bench). `SEARCH_PATH` names the path queries take.
+common: on the generated 100k corpus 31%, 29% and 24% of the queries still had the 10th score
+tied at bm25s' 18th, 74th and 2,058th place, and must be answered again exactly. In the same
+bench run (1,000 queries, 2 cores, load average 6 -> 4) ours answered 4,010 q/s batched on
+2 threads and 2,929 q/s one query per call; bm25s held to the same contract 3,195 and 2,385.
+bm25s' bare `retrieve` was faster (4,894 q/s float64, 10,595 float32, batched) but ranked only
+14 of the 1,000 rows as rank_bm25 does. `SEARCH_PATH` names the path queries take.
 
 The kernels are compiled with `cache=True`, and `PostingsIndex.warm_up` runs them on the
 index's own arrays, so an index that reports itself loaded answers its first query without
