@@ -1,6 +1,6 @@
 """Retrieval benchmark on the generated demo knowledge base: BM25 backends, dense Flat vs HNSW, startup.
 
-    python bench/retrieval.py [--passages 100000] [--queries 1000]
+    python bench/retrieval.py [--passages 100000] [--queries 1000] [--sparse-only]
 
 Prints one table; every figure and ratio in it is measured in this run, side by side, except
 cold builds found in the cache: those are reported from the run that built them (marked
@@ -12,11 +12,13 @@ Timing: fast steps (index-only searches, bm25s) are the best of three passes, sl
 processes. `faiss` is imported only after `rollout.retrieval`, which sets OpenMP's wait
 policy before faiss loads, as any process serving both indexes gets it.
 
-Memory: each build and each load runs alone in a freshly spawned process. Its peak RSS delta
-is the process's peak resident set during the step (VmHWM, reset through
-/proc/self/clear_refs just before the step; ru_maxrss where that reset is refused) minus
-its resident set just before the step. Memory-mapped index pages count once touched, so
-loads are measured through their first search.
+Memory: each build and each load runs alone in a freshly spawned process (see
+`retrieval_common`). Memory-mapped index pages count once touched, so loads are measured
+through their first search.
+
+BM25 kernel paths (our postings kernel beside bm25s' own retrieval) and the first query after
+a fresh load are measured in `retrieval_bm25`. `--sparse-only` skips everything that needs
+the encoder (embedding, dense indexes): minutes of the run on a small machine.
 """
 
 from __future__ import annotations
@@ -25,16 +27,14 @@ import argparse
 import json
 import logging
 import os
-import resource
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
-from multiprocessing import get_context
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
+from retrieval_bm25 import bench_bm25, bench_bm25_paths, bench_first_query
+from retrieval_common import K, Row, Step, in_child, measure, median_in_children, rate, timed
 
 from rollout.data import ensure_demo_kb, load_corpus, load_questions
 from rollout.paths import default_cache_dir
@@ -44,70 +44,20 @@ from rollout.retrieval.dense import FAISS_BLAS_THRESHOLD_DEFAULT
 
 logger = logging.getLogger("bench.retrieval")
 
-K = 10
 BATCH = 64
 SMALL = (1, 16, 64)
 """Batch sizes of the BLAS-threshold comparison."""
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One measured step of a child process."""
-
-    seconds: float
-    """Wall time of the step alone."""
-    peak_rss_mib: float
-    """Peak resident set during the step minus the resident set before it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One line of the printed table."""
-
-    area: str
-    measurement: str
-    value: str
-    memory: str = ""
-    target: str = ""
-
-
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} missing from /proc/self/status")
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _measure(fn: Callable[[], _T]) -> tuple[_T, Step]:
-    before = _status_mib("VmRSS")
-    reset = _reset_peak()
-    started = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - started
-    peak = _status_mib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return result, Step(seconds, max(0.0, peak - before))
 
 
 def _job_encoder_load() -> Step:
-    return _measure(lambda: Encoder.from_params(DenseParams()))[1]
+    return measure(lambda: Encoder.from_params(DenseParams()))[1]
 
 
 def _job_encode(corpus_path: str, out: str) -> Step:
     passages = load_corpus(corpus_path)
     encoder = Encoder.from_params(DenseParams())
     texts = [p.contents for p in passages]
-    vectors, step = _measure(lambda: encoder.encode_passages(texts, show_progress=True))
+    vectors, step = measure(lambda: encoder.encode_passages(texts, show_progress=True))
     np.save(out, vectors, allow_pickle=False)
     return step
 
@@ -115,7 +65,7 @@ def _job_encode(corpus_path: str, out: str) -> Step:
 def _job_build_dense(embeddings: str, out: str, index: str) -> Step:
     vectors = np.load(embeddings, allow_pickle=False)
     params = DenseParams(index=index)  # type: ignore[arg-type]
-    retriever, step = _measure(lambda: DenseRetriever.from_vectors(vectors, encoder=None, params=params))
+    retriever, step = measure(lambda: DenseRetriever.from_vectors(vectors, encoder=None, params=params))
     retriever.save(Path(out))
     return step
 
@@ -123,7 +73,7 @@ def _job_build_dense(embeddings: str, out: str, index: str) -> Step:
 def _job_build_sparse(corpus_path: str, out: str, backend: str) -> Step:
     passages = load_corpus(corpus_path)
     params = SparseParams(backend=backend)  # type: ignore[arg-type]
-    retriever, step = _measure(lambda: BM25Retriever.build(passages, params))
+    retriever, step = measure(lambda: BM25Retriever.build(passages, params))
     retriever.save(Path(out))
     return step
 
@@ -141,19 +91,7 @@ def _job_load(dense_dir: str | None, sparse_dir: str | None, probe: tuple[str, l
             if probe is not None:
                 sparse.search([probe[0]], K)
 
-    return _measure(load)[1]
-
-
-def _in_child(fn: Callable[..., Step], *args: Any) -> Step:
-    """Run `fn(*args)` in a fresh spawned process (fresh memory, nothing cached in-process)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
-
-
-def _median_in_children(fn: Callable[..., Step], *args: Any, runs: int = 3) -> Step:
-    """The median-time step of `runs` fresh processes."""
-    steps = sorted((_in_child(fn, *args) for _ in range(runs)), key=lambda step: step.seconds)
-    return steps[len(steps) // 2]
+    return measure(load)[1]
 
 
 class BuildCache:
@@ -181,20 +119,6 @@ class BuildCache:
         return step, True
 
 
-def _rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
-
-
-def _timed(fn: Callable[[], object], repeat: int = 1) -> float:
-    """Seconds of the fastest of `repeat` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def _batches(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
@@ -208,29 +132,6 @@ def _recall(reference: np.ndarray, found: np.ndarray) -> float:
     return float(np.mean([len(set(a) & set(b)) / K for a, b in zip(reference.tolist(), found.tolist(), strict=True)]))
 
 
-def bench_bm25(bm25s: BM25Retriever, rank: BM25Retriever, queries: Sequence[str], n_rank: int) -> list[Row]:
-    shared = list(queries[:n_rank])
-    bm25s.search(shared[:2], K)  # warm-up
-    fast = bm25s.search(list(queries), K)
-    fast_s = _timed(lambda: bm25s.search(list(queries), K), repeat=3)
-    single_s = _timed(lambda: [bm25s.search([q], K) for q in queries], repeat=3)
-    started = time.perf_counter()
-    reference = rank.search(shared, K)
-    rank_s = time.perf_counter() - started
-    identical = int(np.sum(np.all(reference.indices == fast.indices[:n_rank], axis=1)))
-    score_gap = float(np.max(np.abs(reference.scores - fast.scores[:n_rank])))
-    fast_qps, rank_qps = _rate(len(queries), fast_s), _rate(n_rank, rank_s)
-    return [
-        Row("bm25", f"rank_bm25, {n_rank} queries", f"{rank_qps:,.1f} q/s"),
-        Row("bm25", f"bm25s, {len(queries)} queries in one call", f"{fast_qps:,.0f} q/s"),
-        Row("bm25", f"bm25s, {len(queries)} queries one at a time", f"{_rate(len(queries), single_s):,.0f} q/s"),
-        Row("bm25", "ratio bm25s (one call) / rank_bm25", f"{fast_qps / rank_qps:,.0f}x", target=">= 300x"),
-        Row("bm25", f"identical top-{K} on the {n_rank} shared queries", f"{identical}/{n_rank}",
-            target=f"{n_rank}/{n_rank}"),
-        Row("bm25", "largest score difference there", f"{score_gap:.1e}"),
-    ]
-
-
 def bench_dense(
     encoder: Encoder, indexes: dict[str, DenseRetriever], embeddings: np.ndarray, queries: Sequence[str]
 ) -> list[Row]:
@@ -238,25 +139,25 @@ def bench_dense(
     queries = list(queries)
     encoder.encode_queries(queries[:BATCH])  # warm-up
     vectors = encoder.encode_queries(queries)
-    enc_single = _timed(lambda: [encoder.encode_queries([q]) for q in queries])
-    enc_batch = _timed(lambda: [encoder.encode_queries(queries[s]) for s in _batches(n, BATCH)])
+    enc_single = timed(lambda: [encoder.encode_queries([q]) for q in queries])
+    enc_batch = timed(lambda: [encoder.encode_queries(queries[s]) for s in _batches(n, BATCH)])
     rows = [
-        Row("dense", "encoder, single query", f"{_rate(n, enc_single):,.0f} q/s"),
-        Row("dense", f"encoder, batches of {BATCH}", f"{_rate(n, enc_batch):,.0f} q/s"),
+        Row("dense", "encoder, single query", f"{rate(n, enc_single):,.0f} q/s"),
+        Row("dense", f"encoder, batches of {BATCH}", f"{rate(n, enc_batch):,.0f} q/s"),
     ]
     flat_top = indexes["flat"].search_vectors(vectors, K).indices
     for kind, retriever in indexes.items():
         retriever.search_vectors(vectors[:BATCH], K)  # warm-up: maps the pages in
-        idx_single = _timed(lambda: [retriever.search_vectors(vectors[i : i + 1], K) for i in range(n)], repeat=3)
-        idx_batch = _timed(lambda: [retriever.search_vectors(vectors[s], K) for s in _batches(n, BATCH)], repeat=3)
-        e2e_single = _timed(lambda: [retriever.search([q], K) for q in queries])
-        e2e_batch = _timed(lambda: [retriever.search(queries[s], K) for s in _batches(n, BATCH)])
+        idx_single = timed(lambda: [retriever.search_vectors(vectors[i : i + 1], K) for i in range(n)], repeat=3)
+        idx_batch = timed(lambda: [retriever.search_vectors(vectors[s], K) for s in _batches(n, BATCH)], repeat=3)
+        e2e_single = timed(lambda: [retriever.search([q], K) for q in queries])
+        e2e_batch = timed(lambda: [retriever.search(queries[s], K) for s in _batches(n, BATCH)])
         rows += [
-            Row("dense", f"{kind}, precomputed vectors, single query", f"{_rate(n, idx_single):,.0f} q/s"),
-            Row("dense", f"{kind}, precomputed vectors, batches of {BATCH}", f"{_rate(n, idx_batch):,.0f} q/s",
+            Row("dense", f"{kind}, precomputed vectors, single query", f"{rate(n, idx_single):,.0f} q/s"),
+            Row("dense", f"{kind}, precomputed vectors, batches of {BATCH}", f"{rate(n, idx_batch):,.0f} q/s",
                 target=">= 1,500 q/s" if kind == "flat" else ""),
-            Row("dense", f"{kind}, end to end, single query", f"{_rate(n, e2e_single):,.0f} q/s"),
-            Row("dense", f"{kind}, end to end, batches of {BATCH}", f"{_rate(n, e2e_batch):,.0f} q/s"),
+            Row("dense", f"{kind}, end to end, single query", f"{rate(n, e2e_single):,.0f} q/s"),
+            Row("dense", f"{kind}, end to end, batches of {BATCH}", f"{rate(n, e2e_batch):,.0f} q/s"),
             Row("dense", f"{kind}, encoder share of time, single / batched",
                 f"{enc_single / (enc_single + idx_single):.0%} / {enc_batch / (enc_batch + idx_batch):.0%}"),
         ]
@@ -273,9 +174,9 @@ def _dense_references(flat: DenseRetriever, embeddings: np.ndarray, vectors: np.
 
     n = len(vectors)
     batches = _batches(n, BATCH)
-    faiss_s = _timed(lambda: [flat.search_vectors(vectors[s], K) for s in batches], repeat=3)
-    whole_s = _timed(lambda: flat.search_vectors(vectors, K), repeat=3)
-    numpy_s = _timed(lambda: [_numpy_top_k(embeddings, vectors[s]) for s in batches], repeat=3)
+    faiss_s = timed(lambda: [flat.search_vectors(vectors[s], K) for s in batches], repeat=3)
+    whole_s = timed(lambda: flat.search_vectors(vectors, K), repeat=3)
+    numpy_s = timed(lambda: [_numpy_top_k(embeddings, vectors[s]) for s in batches], repeat=3)
     # numpy's BLAS threads spin for a while after a call and would slow faiss' threads down.
     time.sleep(1.0)
     peak = _gemm_peak_flops()
@@ -285,7 +186,7 @@ def _dense_references(flat: DenseRetriever, embeddings: np.ndarray, vectors: np.
 
     def small_batches() -> list[float]:
         """Seconds for m queries one at a time, in 16s and in 64s."""
-        return [_timed(lambda: [flat.search_vectors(vectors[s], K) for s in _batches(m, size)], 3) for size in SMALL]
+        return [timed(lambda: [flat.search_vectors(vectors[s], K) for s in _batches(m, size)], 3) for size in SMALL]
 
     lowered = faiss.cvar.distance_compute_blas_threshold
     with_lowered = small_batches()
@@ -295,12 +196,12 @@ def _dense_references(flat: DenseRetriever, embeddings: np.ndarray, vectors: np.
     finally:
         faiss.cvar.distance_compute_blas_threshold = lowered
     return [
-        Row("dense", f"numpy brute force (matmul + argpartition), batches of {BATCH}", f"{_rate(n, numpy_s):,.0f} q/s"),
+        Row("dense", f"numpy brute force (matmul + argpartition), batches of {BATCH}", f"{rate(n, numpy_s):,.0f} q/s"),
         Row("dense", "ratio faiss flat / numpy, batches of 64", f"{numpy_s / faiss_s:.2f}x"),
-        Row("dense", f"flat, precomputed vectors, all {n} in one call", f"{_rate(n, whole_s):,.0f} q/s"),
+        Row("dense", f"flat, precomputed vectors, all {n} in one call", f"{rate(n, whole_s):,.0f} q/s"),
         Row("dense", "this CPU's float32 matrix-product peak (2048^3, torch/MKL)", f"{peak / 1e9:,.1f} GFLOP/s"),
         Row("dense", "exact search ceiling there = peak / (2 x passages x dimension)", f"{ceiling:,.0f} q/s"),
-        Row("dense", f"flat batches of {BATCH} as a share of that ceiling", f"{_rate(n, faiss_s) / ceiling:.0%}"),
+        Row("dense", f"flat batches of {BATCH} as a share of that ceiling", f"{rate(n, faiss_s) / ceiling:.0%}"),
         Row("dense", f"ratio flat, BLAS threshold {lowered} / faiss default {FAISS_BLAS_THRESHOLD_DEFAULT:,}, "
             f"batches of {' / '.join(map(str, SMALL))}",
             " / ".join(f"{default / low:.1f}x" for default, low in zip(with_default, with_lowered, strict=True))),
@@ -313,12 +214,13 @@ def _gemm_peak_flops() -> float:
 
     a = torch.randn(2048, 2048)
     torch.mm(a, a)  # warm-up
-    return 2 * 2048**3 / _timed(lambda: torch.mm(a, a), repeat=5)
+    return 2 * 2048**3 / timed(lambda: torch.mm(a, a), repeat=5)
 
 
 def bench_startup(
-    cache: BuildCache, corpus_path: Path, probe_query: str, probe_vector: np.ndarray, passages_count: int
+    cache: BuildCache, corpus_path: Path, probe_query: str, probe_vector: np.ndarray | None, passages_count: int
 ) -> tuple[list[Row], dict[str, Path]]:
+    """Cold builds and warm loads; without a probe vector, of the sparse indexes only."""
     kinds = {"flat": "dense", "hnsw": "dense", "bm25s": "sparse", "rank_bm25": "sparse"}
     dirs = {name: cache.root / f"{kind}-{name}" for name, kind in kinds.items()}
     embeddings = cache.root / "embeddings.npy"
@@ -328,25 +230,30 @@ def bench_startup(
         label += "" if fresh else " (first run)"
         rows.append(Row("startup", f"cold build: {label}", f"{step.seconds:,.1f} s", f"+{step.peak_rss_mib:,.0f} MiB"))
 
-    encode, fresh = cache.get("encode", embeddings, lambda: _in_child(_job_encode, str(corpus_path), str(embeddings)))
-    built(encode, fresh, f"encode {passages_count:,} passages (all-MiniLM-L6-v2)")
-    for kind in ("flat", "hnsw"):
+    dense = probe_vector is not None
+    if dense:
+        encode, fresh = cache.get(
+            "encode", embeddings, lambda: in_child(_job_encode, str(corpus_path), str(embeddings))
+        )
+        built(encode, fresh, f"encode {passages_count:,} passages (all-MiniLM-L6-v2)")
+    for kind in ("flat", "hnsw") if dense else ():
         step, fresh = cache.get(
-            f"dense-{kind}", dirs[kind], lambda: _in_child(_job_build_dense, str(embeddings), str(dirs[kind]), kind)
+            f"dense-{kind}", dirs[kind], lambda: in_child(_job_build_dense, str(embeddings), str(dirs[kind]), kind)
         )
         built(step, fresh, f"dense {kind}: faiss add")
         total = f"{encode.seconds + step.seconds:,.1f} s"
         rows.append(Row("startup", f"cold build: dense {kind} = encode + add", total))
     for backend in ("bm25s", "rank_bm25"):
         args = (str(corpus_path), str(dirs[backend]), backend)
-        step, fresh = cache.get(f"sparse-{backend}", dirs[backend], lambda: _in_child(_job_build_sparse, *args))
+        step, fresh = cache.get(f"sparse-{backend}", dirs[backend], lambda: in_child(_job_build_sparse, *args))
         built(step, fresh, f"sparse {backend}: tokenize + index")
 
-    model = _in_child(_job_encoder_load)
-    memory = f"+{model.peak_rss_mib:,.0f} MiB"
-    rows.append(Row("startup", "encoder model load (separate)", f"{model.seconds:.2f} s", memory))
-    probe = (probe_query, probe_vector.tolist())
-    for name, dense, sparse in (
+    if dense:
+        model = in_child(_job_encoder_load)
+        memory = f"+{model.peak_rss_mib:,.0f} MiB"
+        rows.append(Row("startup", "encoder model load (separate)", f"{model.seconds:.2f} s", memory))
+    probe = (probe_query, [] if probe_vector is None else probe_vector.tolist())
+    for name, dense_dir, sparse in (
         ("dense flat", dirs["flat"], None),
         ("dense hnsw", dirs["hnsw"], None),
         ("sparse bm25s", None, dirs["bm25s"]),
@@ -354,8 +261,10 @@ def bench_startup(
         ("flat + bm25s together", dirs["flat"], dirs["bm25s"]),
         ("hnsw + bm25s together", dirs["hnsw"], dirs["bm25s"]),
     ):
-        args = (None if dense is None else str(dense), None if sparse is None else str(sparse))
-        load, touched = _median_in_children(_job_load, *args, None), _median_in_children(_job_load, *args, probe)
+        if dense_dir is not None and not dense:
+            continue
+        args = (None if dense_dir is None else str(dense_dir), None if sparse is None else str(sparse))
+        load, touched = median_in_children(_job_load, *args, None), median_in_children(_job_load, *args, probe)
         rows.append(Row(
             "startup", f"warm load: {name} (load only; with first search)",
             f"{load.seconds:.2f} s; {touched.seconds:.2f} s", f"+{touched.peak_rss_mib:,.0f} MiB",
@@ -383,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rank-bm25-queries", type=int, default=25, help="rank_bm25 answers ~3 q/s at 100k")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir() / "bench")
+    parser.add_argument("--sparse-only", action="store_true", help="skip the encoder and the dense indexes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     load_before = os.getloadavg()[0]
@@ -390,20 +300,26 @@ def main(argv: list[str] | None = None) -> None:
     kb = ensure_demo_kb(args.cache_dir, n_passages=args.passages, n_questions=args.queries, seed=args.seed)
     passages = load_corpus(kb.corpus_path)
     queries = [q.question for q in load_questions(kb.questions_path)]
-    fingerprint_s = _timed(lambda: corpus_fingerprint(passages))
+    fingerprint_s = timed(lambda: corpus_fingerprint(passages))
     cache = BuildCache(args.cache_dir / f"retrieval-{corpus_fingerprint(passages)[:16]}")
 
-    encoder = Encoder.from_params(DenseParams())
-    probe = encoder.encode_queries(queries[:1])[0]
+    encoder = None if args.sparse_only else Encoder.from_params(DenseParams())
+    probe = None if encoder is None else encoder.encode_queries(queries[:1])[0]
     startup, dirs = bench_startup(cache, kb.corpus_path, queries[0], probe, len(passages))
     startup.append(Row("startup", "cache key: corpus fingerprint (sha256)", f"{fingerprint_s:.2f} s"))
+    logger.info("measuring the first query of fresh processes ...")
+    startup += bench_first_query(dirs["bm25s"], queries[0])
 
     logger.info("measuring query throughput ...")
     n_rank = min(args.rank_bm25_queries, len(queries))
-    bm25 = bench_bm25(BM25Retriever.load(dirs["bm25s"]), BM25Retriever.load(dirs["rank_bm25"]), queries, n_rank)
-    dense_indexes = {kind: DenseRetriever.load(dirs[kind], encoder=encoder) for kind in ("flat", "hnsw")}
-    embeddings = np.load(cache.root / "embeddings.npy", allow_pickle=False)
-    dense = bench_dense(encoder, dense_indexes, embeddings, queries)
+    sparse = BM25Retriever.load(dirs["bm25s"])
+    bm25 = bench_bm25(sparse, BM25Retriever.load(dirs["rank_bm25"]), queries, n_rank)
+    bm25 += bench_bm25_paths(dirs["bm25s"], sparse, queries)
+    dense: list[Row] = []
+    if encoder is not None:
+        dense_indexes = {kind: DenseRetriever.load(dirs[kind], encoder=encoder) for kind in ("flat", "hnsw")}
+        embeddings = np.load(cache.root / "embeddings.npy", allow_pickle=False)
+        dense = bench_dense(encoder, dense_indexes, embeddings, queries)
 
     import faiss  # after rollout.retrieval (see the module docstring)
 
