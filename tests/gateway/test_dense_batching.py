@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -14,29 +12,13 @@ from rollout.data import generate_demo_kb
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, HybridRetriever
 from tests.gateway.loopback import gateway_file, gateway_served
+from tests.retrieval.test_query_batching import RecordingEncoder
 
 BATCH = 8
 SCORE_TOLERANCE = 1e-6
 """Batched encoding moves a query vector in its last bits (see tests/retrieval/test_query_batching.py)."""
 MODULE = {"resource_type": "rag", "tool_groups": ["rag_query", "rag_query_hybrid"]}
 
-
-class RecordingEncoder:
-    """The real encoder, noting how many queries each encode call got."""
-
-    def __init__(self, inner: Encoder) -> None:
-        self.inner, self.model_id, self.dimension = inner, inner.model_id, inner.dimension
-        self.passage_prefix = inner.passage_prefix
-        self.batches: list[int] = []
-        self._lock = threading.Lock()
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        with self._lock:
-            self.batches.append(len(texts))
-        return self.inner.encode_queries(texts)
-
-    def encode_passages(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
-        return self.inner.encode_passages(texts, show_progress=show_progress)
 
 
 def knowledge_base(passages, vectors, encoder, max_query_batch: int) -> KnowledgeBase:
