@@ -26,7 +26,7 @@ from rollout.errors import ConfigError, RolloutError
 from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
-from rollout.gateway.server import bind_socket, build_gateway, serve
+from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, bind_socket, build_gateway, serve
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, default_cache_dir
@@ -61,6 +61,9 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--auth-token", default=None,
                    help=f"require 'Authorization: Bearer TOKEN' on every route (default: ${TOKEN_ENV}; prefer the "
                         "variable, a command line is visible to other users)")
+    p.add_argument("--threads-per-group", type=int, default=DEFAULT_THREADS_PER_GROUP,
+                   help=f"worker threads each tool group's calls may use at once (default "
+                        f"{DEFAULT_THREADS_PER_GROUP}): a group whose calls hang cannot starve the others")
     p.add_argument("--tool-timeout-s", type=float, default=None,
                    help="answer a tool call still running after this many seconds with an error (outcome timeout)")
     p.add_argument("--ready-file", type=Path, help="write the MCP URL here once the port is bound")
@@ -123,6 +126,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     if args.tool_timeout_s is not None and args.tool_timeout_s <= 0:
         print(f"error: --tool-timeout-s must be positive, got {args.tool_timeout_s:g}", file=sys.stderr)
         return 2
+    if args.threads_per_group < 1:
+        print(f"error: --threads-per-group must be at least 1, got {args.threads_per_group}", file=sys.stderr)
+        return 2
     try:
         gateway = load_gateway_file(args.config)
         plan = plan_gateway(gateway)
@@ -141,7 +147,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     # uvicorn re-raises the signal that stopped it; exiting through Python keeps the report step.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        server = build_gateway(gateway, kb, collector, tool_timeout_s=args.tool_timeout_s)
+        server = build_gateway(gateway, kb, collector, tool_timeout_s=args.tool_timeout_s,
+                               threads_per_group=args.threads_per_group)
         logger.info("Gateway %s on http://%s:%d%s (%s%s)", gateway.server_name, host, port,
                     MCP_PATHS[args.transport], args.transport, ", bearer token required" if token else "")
         asyncio.run(serve(server, sock, ready_file=args.ready_file, transport=args.transport, auth_token=token))

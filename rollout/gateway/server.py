@@ -10,11 +10,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from rollout.errors import ConfigError
 from rollout.gateway.http_app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
@@ -29,6 +31,10 @@ from rollout.wire import META_GROUP, META_RESOURCE_TYPE
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_THREADS_PER_GROUP = 32
+"""Worker threads each tool group's calls may use at once (a batch of dense queries needs up to
+`retriever.dense.max_query_batch` of them waiting together)."""
+
 
 @dataclass(slots=True)
 class GatewayState:
@@ -42,11 +48,17 @@ class GatewayState:
 def build_gateway(
     gateway: GatewayFile, kb: KnowledgeBase, collector: StatsCollector | None = None, *,
     tool_timeout_s: float | None = None, registry: ToolRegistry | None = None,
+    threads_per_group: int = DEFAULT_THREADS_PER_GROUP,
 ) -> GatewayServer:
     """An MCPServer with only the configured tools (local and upstream), stats middleware, /healthz and the proxy.
 
-    Upstream sessions open when the server runs (`serve`, `make_uvicorn`, or `server.running()`).
+    Each tool group's sync tools run on worker threads of their own, at most `threads_per_group` at once:
+    a group whose calls hang fills its own slots only, and with `tool_timeout_s` a call waiting for a slot
+    (or holding one) answers `timeout` and gives it back. Upstream sessions open when the server runs
+    (`serve`, `make_uvicorn`, or `server.running()`).
     """
+    if threads_per_group < 1:
+        raise ConfigError(f"threads per tool group must be at least 1, got {threads_per_group}")
     plan = plan_gateway(gateway, registry)
     if plan.skipped_resource_types:
         logger.warning(
@@ -80,9 +92,10 @@ def build_gateway(
         upstreams=upstreams,
         log_level="WARNING",
     )
+    limiters = {group: anyio.CapacityLimiter(threads_per_group) for group in dict.fromkeys(t.group for t in plan.tools)}
     for tool in plan.tools:
         server.add_tool(
-            bind_tool(tool.fn, tool.fixed_params, kb),
+            bind_tool(tool.fn, tool.fixed_params, kb, limiters[tool.group]),
             meta={META_GROUP: tool.group, META_RESOURCE_TYPE: tool.resource_type},
             structured_output=True,
         )

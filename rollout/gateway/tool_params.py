@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from pydantic import TypeAdapter, ValidationError
 
@@ -83,9 +85,10 @@ def check_fixed_params(group: str, tools: Sequence[ToolFn], pins: Mapping[str, A
     return {tool: values for tool, values in by_tool.items() if values}
 
 
-def bind_tool(fn: ToolFn, pins: Mapping[str, Any], kb: object) -> ToolFn:
+def bind_tool(fn: ToolFn, pins: Mapping[str, Any], kb: object, limiter: anyio.CapacityLimiter | None = None) -> ToolFn:
     """`fn` as the gateway serves it: `pins` removed from its signature and always passed, `KBDefault`
-    defaults replaced by the knowledge base's values. `fn` itself when there is nothing to change."""
+    defaults replaced by the knowledge base's values, and, with a `limiter`, a sync `fn` run on a worker
+    thread only while it holds one of the limiter's slots. `fn` itself when there is nothing to change."""
     signature = inspect.signature(fn, eval_str=True)
     kept = []
     for p in signature.parameters.values():
@@ -94,13 +97,21 @@ def bind_tool(fn: ToolFn, pins: Mapping[str, Any], kb: object) -> ToolFn:
         if isinstance(p.default, KBDefault):
             p = p.replace(default=p.default.value(kb))
         kept.append(p)
-    if not pins and kept == list(signature.parameters.values()):
+    threaded = limiter is not None and not inspect.iscoroutinefunction(fn)
+    if not pins and not threaded and kept == list(signature.parameters.values()):
         return fn
     fixed = dict(pins)
 
     if inspect.iscoroutinefunction(fn):
         async def bound(**kwargs: Any) -> Any:
             return await fn(**kwargs, **fixed)
+    elif threaded:
+        async def bound(**kwargs: Any) -> Any:
+            # Cancelled (the gateway's tool timeout), the caller leaves at once and gives its slot back; a
+            # thread cannot be stopped, so a hung one runs on unseen instead of starving its group.
+            return await anyio.to_thread.run_sync(
+                functools.partial(fn, **kwargs, **fixed), limiter=limiter, abandon_on_cancel=True
+            )
     else:
         def bound(**kwargs: Any) -> Any:
             return fn(**kwargs, **fixed)

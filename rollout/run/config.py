@@ -32,7 +32,10 @@ class GatewayConfig:
     transport: str = "streamable-http"
     """MCP transport of a launched gateway: `streamable-http` or `sse`."""
     tool_timeout_s: float | None = None
-    """Gateway-side limit per tool call; a call over it is an error result with outcome `timeout`."""
+    """Gateway-side limit per tool call; a call over it is an error result with outcome `timeout`. None uses
+    `call_timeout_s`: a call its client stopped waiting for gives its tool group's thread back."""
+    threads_per_group: int = 32
+    """Worker threads each tool group's calls may use at once on a launched gateway."""
     reconnect_timeout_s: float = 120.0
     """How long a worker's calls wait for a lost gateway session to come back before failing (`transport_error`)."""
 

@@ -65,7 +65,8 @@ def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> l
         "--max-top-k", str(cfg.gateway.max_top_k),
         "--transport", cfg.gateway.transport,
         # The token reaches the child through GatewayProcess's environment, never its command line.
-        *(["--tool-timeout-s", str(cfg.gateway.tool_timeout_s)] if cfg.gateway.tool_timeout_s else []),
+        "--tool-timeout-s", str(cfg.gateway.tool_timeout_s or cfg.gateway.call_timeout_s),
+        "--threads-per-group", str(cfg.gateway.threads_per_group),
     ]
 
 
