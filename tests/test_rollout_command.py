@@ -178,3 +178,7 @@ def test_the_gateway_records_stats_only_when_given_an_output_folder(tmp_path):
     code, _ = stop(serve_until_ready([*common, "--output-dir", str(out)], cwd, tmp_path / "ready-2"))
     assert code == 0 and list(cwd.iterdir()) == []
     assert json.loads((out / STATS_DIR / "report.json").read_text())["summary"]["total_calls"] == 0
+    # A run's gateway (--no-report) keeps the ledger and leaves the report to the run.
+    quiet = tmp_path / "run-gateway"
+    code, _ = stop(serve_until_ready([*common, "--output-dir", str(quiet), "--no-report"], cwd, tmp_path / "ready-3"))
+    assert code == 0 and (quiet / STATS_DIR).is_dir() and not (quiet / STATS_DIR / "report.json").exists()

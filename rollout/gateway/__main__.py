@@ -50,6 +50,9 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--output-dir", type=Path, default=None,
                    help="record tool-call stats in OUTPUT_DIR/tool_stats and write its report.json on exit "
                         "(default: no stats are recorded)")
+    p.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --output-dir, write tool_stats/report.json when the gateway stops (default); a run "
+                        "passes --no-report and writes it itself, so its gateway stops at once")
     p.add_argument(
         "--retriever-config", type=Path, default=CONF_DIR / "retriever" / "default.yaml",
         help="index parameters (YAML or JSON, the shape of conf/retriever/default.yaml)",
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     finally:
         if collector is not None:
             collector.close()
-            write_report(args.output_dir)
+            if args.report:
+                write_report(args.output_dir)
     return 0
 
 

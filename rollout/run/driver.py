@@ -60,6 +60,7 @@ def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> l
         "--corpus", str(corpus_path),
         "--cache-dir", str(cfg.cache_dir),
         "--output-dir", str(cfg.output_dir),
+        "--no-report",  # the run writes the report from its trajectory once the gateway is stopped
         "--retriever-config", str(retriever_config),
         "--default-top-k", str(cfg.gateway.default_top_k),
         "--max-top-k", str(cfg.gateway.max_top_k),
