@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rollout.view.progress import RunProgress
-from tests.test_scoring import task
+from tests.report.test_scoring import task
 
 
 def test_running_em_skips_failed_tasks_and_infra_errors_are_counted_apart():
