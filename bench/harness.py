@@ -144,8 +144,7 @@ def _as_driver(overrides: list[str]) -> None:
     atexit.register(record_peak)
     from rollout.run.app import main
 
-    sys.argv = ["rollout", *overrides]
-    main()
+    main(overrides)
 
 
 def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -120,6 +120,9 @@ def classify_result(result: Any) -> tuple[bool, Outcome, str | None, list[str]]:
         outcome = "tool_error"
     return False, outcome, text, []
 
+
+# --- tool groups ------------------------------------------------------------------------------------
+
 TOOLSETS_GROUP = "toolsets"
 """The group of the three management tools; always exposed (and never a set) when dynamic."""
 

@@ -114,8 +114,8 @@ def worker_env_vars(cfg: RunConfig) -> dict[str, str]:
     """Variables workers on other nodes need from the driver's environment: the LLM key `llm.api_key_env` names.
 
     (The gateway token travels in `EnvSpec`.) Values go to Ray's runtime environment, not to any file of the run."""
-    llm = cfg.agent.get("llm") if isinstance(cfg.agent.get("llm"), dict) else {}
-    name = llm.get("api_key_env") if llm else None
+    llm = cfg.agent.get("llm")
+    name = llm.get("api_key_env") if isinstance(llm, dict) else None
     return {name: os.environ[name]} if name and os.environ.get(name) else {}
 
 
@@ -194,17 +194,16 @@ class Timeline:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
-        self.marks: list[tuple[str, float]] = []
+        self.marks: dict[str, float] = {}
 
     def mark(self, step: str) -> None:
-        self.marks.append((step, time.perf_counter() - self.started))
+        self.marks[step] = time.perf_counter() - self.started
 
     def mark_once(self, step: str) -> None:
-        if all(name != step for name, _ in self.marks):
-            self.mark(step)
+        self.marks.setdefault(step, time.perf_counter() - self.started)
 
     def line(self) -> str:
-        return " · ".join(f"{step} {at:.1f}" for step, at in self.marks)
+        return " · ".join(f"{step} {at:.1f}" for step, at in self.marks.items())
 
 
 def _run_holding_lock(cfg: RunConfig) -> RunOutcome:

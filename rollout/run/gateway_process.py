@@ -130,11 +130,15 @@ class GatewayProcess:
                 failures = 0
 
     def _answers_health(self, url: str) -> bool:
+        response = self._ask_health(url, self.health_timeout_s)
+        return response is not None and response.status_code == 200
+
+    def _ask_health(self, url: str, timeout_s: float) -> httpx.Response | None:
+        """The gateway's answer to GET /healthz; None when there was none."""
         try:
-            return httpx.get(_health_url(url), headers=auth_headers(self.auth_token),
-                             timeout=self.health_timeout_s).status_code == 200
+            return httpx.get(_health_url(url), headers=auth_headers(self.auth_token), timeout=timeout_s)
         except httpx.HTTPError:
-            return False
+            return None
 
     @property
     def pid(self) -> int | None:
@@ -190,14 +194,9 @@ class GatewayProcess:
             raise _ExitedEarly(f"gateway exited with code {code} before it was ready; its error is printed above")
 
     def _wait_healthy(self, url: str, deadline: float) -> None:
-        health = _health_url(url)
-        headers = auth_headers(self.auth_token)
         while True:
             self._check_alive()
-            try:
-                response = httpx.get(health, headers=headers, timeout=5.0)
-            except httpx.HTTPError:
-                response = None
+            response = self._ask_health(url, HEALTH_TIMEOUT_S)
             if response is not None and response.status_code == 200:
                 return
             if response is not None and response.status_code == 401:
@@ -205,7 +204,7 @@ class GatewayProcess:
                 raise GatewayError(f"gateway at {url} refused the health check (401): {response.text.strip()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise GatewayError(f"gateway at {url} did not answer {health}")
+                raise GatewayError(f"gateway at {url} did not answer {_health_url(url)}")
             time.sleep(0.1)
 
     def stop(self) -> None:
