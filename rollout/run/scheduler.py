@@ -1,11 +1,12 @@
 """Feed tasks to the Ray actors and survive what goes wrong while they run.
 
-Each actor runs up to `concurrency_per_worker` tasks at once. Finished tasks go to `on_result`
-as they arrive (the driver appends and flushes them), so nothing finished waits in memory. When
-an actor dies, its in-flight tasks go back to the queue and a fresh actor takes its place; a task
-that has killed `MAX_ATTEMPTS` actors is recorded as an error. When the gateway the run started
-dies, it is restarted on the same port, on a thread of its own so the loop keeps collecting
-results and Ctrl-C stays prompt, and the workers' environments reconnect on their own.
+Each actor runs up to `concurrency_per_worker` tasks at once. Finished tasks go to `on_result` as
+they arrive (the driver appends and flushes them), so nothing finished waits in memory. When an
+actor dies, its in-flight tasks go back to the queue and a fresh actor takes its place; a task that
+has killed `MAX_ATTEMPTS` actors is recorded as an error. When the gateway the run started dies (or
+stops answering its health checks, see `GatewayProcess.is_alive`), it is restarted on the same port,
+on a thread of its own so the loop keeps collecting results and Ctrl-C stays prompt, and the
+workers' environments reconnect on their own.
 """
 
 from __future__ import annotations
