@@ -53,16 +53,24 @@ def served(threads: int, timeout_s: float | None):
 
 
 async def test_a_hung_group_leaves_the_others_their_threads_and_gives_its_slots_back():
-    server = served(threads=2, timeout_s=0.5)
+    server = served(threads=2, timeout_s=3.0)
     try:
         async with Client(server) as client:
             # Four calls into a group of two slots: two hang on threads, two wait for a slot; all time out.
             stuck = [asyncio.ensure_future(client.call_tool("hang", {"query": str(i)})) for i in range(4)]
             quick = await asyncio.wait_for(client.call_tool("answer", {"query": "x"}), 5)
             assert not quick.is_error and "echo x" in quick.content[0].text
+            # Before any call times out, only the group's two threads run: the other two wait for a slot.
+            # (Once the first two time out their threads run on unseen, and the waiting two may start.)
+            for _ in range(100):
+                if RUNNING["now"] >= 2:
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # room for a third call to start, were the group not capped
+            running_before_timeouts = RUNNING["most"]
             results = await asyncio.wait_for(asyncio.gather(*stuck), 10)
             assert all(r.is_error and (r.meta or {}).get(META_OUTCOME) == "timeout" for r in results)
-            assert RUNNING["most"] == 2  # the calls over the group's two threads never started
+            assert running_before_timeouts == 2
             # The timed-out calls gave their slots back although their threads still run: the group answers
             # again once a call can finish.
             RELEASE.set()
