@@ -7,7 +7,9 @@ RUN/
   .rollout.lock                    held by the driver writing here (rollout.run.lock)
   trajectory.jsonl                 one task per line, appended by the driver
   evaluation_summary.json          scores (rollout.report.scoring)
-  tool_stats/realtime_calls.jsonl  one line per tools/call, appended by the gateway (the ledger)
+  tool_stats/realtime_calls.jsonl  one line per tools/call, appended by the gateway (the ledger);
+                                   with `gateway.replicas=N`, each replica appends its own
+                                   realtime_calls.<replica>.jsonl instead
   tool_stats/report.json           the tool report (rollout.report.tool_stats), plus one CSV per table
 ```
 
@@ -50,6 +52,27 @@ def trajectory_path(run_dir: Path | str) -> Path:
 def calls_path(run_dir: Path | str) -> Path:
     """The gateway's call ledger of a run folder."""
     return Path(run_dir) / STATS_DIR / CALLS_FILE
+
+
+def replica_ledger_name(replica: str) -> str:
+    """The ledger file of one gateway replica (`realtime_calls.<replica>.jsonl`): replicas never share a file."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in replica)
+    return f"{Path(CALLS_FILE).stem}.{safe}.jsonl"
+
+
+def ledger_paths(run_dir: Path | str) -> list[Path]:
+    """Every call ledger of a run folder that exists: the gateway's, then each replica's by name."""
+    stats_dir = Path(run_dir) / STATS_DIR
+    main = calls_path(run_dir)
+    replicas = sorted(stats_dir.glob(f"{main.stem}.*.jsonl")) if stats_dir.is_dir() else []
+    return ([main] if main.is_file() else []) + replicas
+
+
+def ledger_source(path: Path) -> str:
+    """Which gateway wrote a ledger: "gateway" for the single gateway's, else the replica's name."""
+    if path.name == CALLS_FILE:
+        return "gateway"
+    return path.name[len(Path(CALLS_FILE).stem) + 1:-len(".jsonl")]
 
 
 def report_path(run_dir: Path | str) -> Path:

@@ -59,12 +59,12 @@ def _ends_mid_line(path: Path) -> bool:
 
 
 class StatsCollector:
-    """Appends one JSON line per call to `stats_dir/realtime_calls.jsonl`."""
+    """Appends one JSON line per call to `stats_dir/realtime_calls.jsonl` (or `ledger_name`, one per replica)."""
 
-    def __init__(self, stats_dir: Path):
+    def __init__(self, stats_dir: Path, ledger_name: str = CALLS_FILE):
         self.stats_dir = Path(stats_dir)
         self.stats_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.stats_dir / CALLS_FILE
+        self.path = self.stats_dir / ledger_name
         self._file = self.path.open("a", encoding="utf-8")
         if _ends_mid_line(self.path):
             # A gateway killed mid-write left a partial line; end it so it does not swallow the next one.

@@ -1,6 +1,7 @@
 """Load one run folder's tool calls: the gateway's records joined with the client's.
 
-The gateway appends one line per tools/call to `tool_stats/realtime_calls.jsonl` (the ledger);
+The gateway appends one line per tools/call to `tool_stats/realtime_calls.jsonl` (the ledger; each
+replica of a Ray Serve gateway keeps its own, and they are read together);
 the driver writes one task per line to `trajectory.jsonl`, each with the tool calls the client
 made. Both carry the same `call_id`, which is how a server-side record gains its round-trip time
 and arguments. Either file may be missing, empty, or cut short by a crash mid-write: a line
@@ -26,16 +27,25 @@ import yaml
 
 from rollout.errors import NotARunFolderError
 from rollout.jsonl import iter_jsonl, read_jsonl
-from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, calls_path, is_run_folder, read_json, trajectory_path
+from rollout.run_folder import (
+    CONFIG_FILE,
+    FINGERPRINT_FILE,
+    is_run_folder,
+    ledger_paths,
+    ledger_source,
+    read_json,
+    trajectory_path,
+)
 
 logger = logging.getLogger(__name__)
 
 
 GATEWAY_COLUMNS = (
     "call_id", "tool_name", "task_id", "worker_id", "attempt", "ok", "outcome",
-    "error", "duration_ms", "timestamp", "result_ids",
+    "error", "duration_ms", "timestamp", "result_ids", "served_by",
 )
-"""Fields of one `realtime_calls.jsonl` line (`rollout.gateway.stats.CallStat`)."""
+"""Fields of one `realtime_calls.jsonl` line (`rollout.gateway.stats.CallStat`), and `served_by`: which ledger
+held it, "gateway" or a replica's name (`rollout.run_folder.ledger_source`); None for a call no gateway saw."""
 
 CLIENT_COLUMNS = ("rtt_ms", "client_outcome", "arguments", "result_doc_ids")
 """Fields taken from the trajectory's tool call with the same `call_id` (None/NaN when unmatched)."""
@@ -89,9 +99,9 @@ def _id_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def _gateway_frame(lines: list[dict[str, Any]]) -> pd.DataFrame:
+def _gateway_frame(ledgers: list[Path]) -> pd.DataFrame:
     rows = []
-    for line in lines:
+    for source, line in ((ledger_source(path), line) for path in ledgers for line in read_jsonl(path)):
         ok = bool(line.get("ok", False))
         rows.append(
             {
@@ -106,9 +116,13 @@ def _gateway_frame(lines: list[dict[str, Any]]) -> pd.DataFrame:
                 "duration_ms": line.get("duration_ms"),
                 "timestamp": line.get("timestamp"),
                 "result_ids": _id_list(line.get("result_ids")),
+                "served_by": source,
             }
         )
     df = pd.DataFrame(rows, columns=list(GATEWAY_COLUMNS))
+    if len(ledgers) > 1:
+        # Replicas each keep a ledger; in time order, "the last answer" below means the same as in one file.
+        df = df.sort_values("timestamp", kind="stable", ignore_index=True)
     df["ok"] = df["ok"].astype(bool)
     df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
     for col in ("duration_ms", "timestamp"):
@@ -169,6 +183,7 @@ def _unrecorded(client: pd.DataFrame) -> pd.DataFrame:
         "duration_ms": float("nan"),
         "timestamp": pd.to_numeric(client["client_started"], errors="coerce"),
         "result_ids": client["client_result_ids"],
+        "served_by": None,
     }, columns=list(GATEWAY_COLUMNS))
 
 
@@ -183,7 +198,7 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NotARunFolderError(f"{run_dir}: no such folder; pass a run folder such as results/<experiment>/<mode>")
-    gateway = _gateway_frame(read_jsonl(calls_path(run_dir)))
+    gateway = _gateway_frame(ledger_paths(run_dir))
     # A call sent again after a broken stream reached the gateway twice under one id: keep its last answer.
     has_id = gateway["call_id"].notna()
     gateway = pd.concat([gateway[has_id].drop_duplicates("call_id", keep="last"), gateway[~has_id]]).sort_index()

@@ -87,6 +87,8 @@ def _print_run(console: Console, report: dict[str, Any], path: Path) -> None:
     )
     console.print(_calls_table("per tool", "tool_name", report["tools"]))
     console.print(_calls_table("per worker", "worker_id", report["workers"]))
+    if len(report.get("gateways", [])) > 1:  # replicas of a Ray Serve gateway
+        console.print(_calls_table("per gateway replica", "served_by", report["gateways"]))
     console.print(_retrieval_table("retrieval", "tool_name", report["retrieval"]))
     console.print(f"Report: {path}")
 

@@ -34,8 +34,10 @@ from rollout.wire import OUTCOMES
 HIT_KS = (1, 3, 5)
 HIT_COLUMNS = tuple(f"hit_at_{k}" for k in (*HIT_KS, "all"))
 RETRIEVAL_PREFIXES = ("query_knowledge_base", "search")
-GROUP_KEYS = {"tools": "tool_name", "tasks": "task_id", "workers": "worker_id", "modes": "mode"}
-"""Report table → the column it groups calls by."""
+GROUP_KEYS = {"tools": "tool_name", "tasks": "task_id", "workers": "worker_id", "modes": "mode",
+              "gateways": "served_by"}
+"""Report table → the column it groups calls by; `gateways` has one row per replica of a Ray Serve gateway
+(one row, "gateway", otherwise; calls that never reached a gateway are in no row)."""
 
 
 def _quantile(values: pd.Series, q: float) -> float | None:

@@ -24,7 +24,7 @@ from rollout.errors import ConfigError
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskKey, task_key
 from rollout.run.identity import RunIdentity
-from rollout.run_folder import FINGERPRINT_FILE, calls_path, trajectory_path, write_json
+from rollout.run_folder import FINGERPRINT_FILE, ledger_paths, trajectory_path, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def _rewrite_jsonl(path: Path, keep: Any) -> int:
 
 def start_fresh(out_dir: Path) -> None:
     """Forget an earlier run in this folder (resume=false)."""
-    for stale in (trajectory_path(out_dir), calls_path(out_dir), out_dir / FINGERPRINT_FILE):
+    for stale in (trajectory_path(out_dir), *ledger_paths(out_dir), out_dir / FINGERPRINT_FILE):
         stale.unlink(missing_ok=True)
 
 

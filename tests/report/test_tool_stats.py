@@ -140,7 +140,8 @@ def test_report_json_keeps_the_contract_and_csvs_match(run):
     out = write_tool_report(run)
     assert out == run / "tool_stats" / "report.json"
     report = json.loads(out.read_text())
-    assert set(report) == {"summary", "tools", "tasks", "workers", "modes", "retrieval", "discarded_attempts"}
+    assert set(report) == {"summary", "tools", "tasks", "workers", "modes", "gateways", "retrieval", "discarded_attempts"}
+    assert [(r["served_by"], r["total_calls"]) for r in report["gateways"]] == [("gateway", 9)]
     for row in report["tools"]:
         assert {"tool_name", "total_calls", "success_calls", "failed_calls", "success_rate", "p50_ms", "p95_ms"} <= set(row)
     assert all("task_id" in row for row in report["tasks"])
@@ -159,3 +160,20 @@ def test_an_outcome_outside_the_known_set_gets_its_own_column(run):
     tools = by(build_tool_report(run)["tools"], "tool_name")
     assert tools[DENSE]["outcome_overloaded"] == 1 and tools[SPARSE]["outcome_overloaded"] == 0
     assert tools[DENSE]["failed_calls"] == 2
+
+
+def test_replica_ledgers_are_read_together_and_counted_per_replica(run):
+    """A Ray Serve gateway's replicas each keep a ledger: the report is the one a single ledger gives, plus
+    the calls each replica served; a call sent again and answered by the other replica counts once, last answer."""
+    single = build_tool_report(run)
+    ledger = run / "tool_stats" / "realtime_calls.jsonl"
+    lines = ledger.read_text().splitlines()
+    ledger.unlink()
+    (run / "tool_stats" / "realtime_calls.r1.jsonl").write_text("\n".join(lines[0::2]) + "\n")
+    retried = {**json.loads(lines[0]), "ok": False, "outcome": "timeout", "timestamp": 1e12}
+    (run / "tool_stats" / "realtime_calls.r2.jsonl").write_text("\n".join([*lines[1::2], json.dumps(retried)]) + "\n")
+    report = build_tool_report(run)
+    assert [(r["served_by"], r["total_calls"]) for r in report["gateways"]] == [("r1", 4), ("r2", 5)]
+    assert report["summary"]["total_calls"] == single["summary"]["total_calls"] == 9
+    assert report["summary"]["failed_calls"] == single["summary"]["failed_calls"] + 1  # the later answer counts
+    assert by(report["tasks"], "task_id").keys() == by(single["tasks"], "task_id").keys()
