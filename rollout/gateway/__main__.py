@@ -33,7 +33,7 @@ from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.retrieval import load_or_build_indexes
 from rollout.retrieval.params import RetrievalParams
-from rollout.run_folder import STATS_DIR
+from rollout.run_folder import CALLS_FILE, STATS_DIR
 from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
 
 logger = logging.getLogger("rollout.gateway")
@@ -80,8 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-def load_knowledge_base(args: argparse.Namespace, requires: list[str]) -> KnowledgeBase:
-    """The passages and the indexes `requires` names, each index answering one query before this returns."""
+def load_knowledge_base(args: argparse.Namespace, requires: list[str],
+                        params: RetrievalParams | None = None) -> KnowledgeBase:
+    """The passages and the indexes `requires` names, each index answering one query before this returns.
+
+    `params` default to the file `--retriever-config` names."""
     started = time.perf_counter()
     cache_dir = args.cache_dir or default_cache_dir()
     corpus_path = args.corpus
@@ -92,7 +95,7 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str]) -> Knowle
         corpus_path = kb_files.corpus_path
     passages = load_corpus(corpus_path)
     read = time.perf_counter()
-    params = load_retrieval_params(args.retriever_config)
+    params = params or load_retrieval_params(args.retriever_config)
     retrievers = load_or_build_indexes(passages, cache_dir, which=requires, params=params) if requires else {}
     loaded = time.perf_counter()
     if passages:
@@ -116,20 +119,31 @@ def load_retrieval_params(path: Path) -> RetrievalParams:
     return RetrievalParams.from_dict(raw if isinstance(raw, dict) else {})
 
 
+def option_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with options argparse cannot check alone; None when nothing is."""
+    if args.tool_timeout_s is not None and args.tool_timeout_s <= 0:
+        return f"--tool-timeout-s must be positive, got {args.tool_timeout_s:g}"
+    if args.threads_per_group < 1:
+        return f"--threads-per-group must be at least 1, got {args.threads_per_group}"
+    return None
+
+
+def open_collector(args: argparse.Namespace, ledger_name: str = CALLS_FILE) -> StatsCollector | None:
+    """The ledger `--output-dir` asks for (None without one, and the log says how to get one)."""
+    if args.output_dir is None:
+        logger.info("Tool-call stats are not recorded: pass --output-dir DIR to keep them in DIR/%s", STATS_DIR)
+        return None
+    return StatsCollector(args.output_dir / STATS_DIR, ledger_name)
+
+
 def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gateway") -> int:
     """Serve until stopped (Ctrl-C, SIGTERM); a bad gateway file, port or option prints one line and returns 2."""
     args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Per-call detail goes to tool stats; the SDK would log every rejected argument too.
-    logging.getLogger("mcp").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    quiet_client_logs()
     token = resolve_token(args.auth_token)
-    if args.tool_timeout_s is not None and args.tool_timeout_s <= 0:
-        print(f"error: --tool-timeout-s must be positive, got {args.tool_timeout_s:g}", file=sys.stderr)
-        return 2
-    if args.threads_per_group < 1:
-        print(f"error: --threads-per-group must be at least 1, got {args.threads_per_group}", file=sys.stderr)
+    if (problem := option_error(args)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         gateway = load_gateway_file(args.config)
@@ -142,9 +156,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     if token is None and not is_loopback(args.host):
         logger.warning("Serving on %s without a token: anyone who can reach the port can call the tools. "
                        "Set %s to require one.", args.host, TOKEN_ENV)
-    collector = StatsCollector(args.output_dir / STATS_DIR) if args.output_dir is not None else None
-    if collector is None:
-        logger.info("Tool-call stats are not recorded: pass --output-dir DIR to keep them in DIR/%s", STATS_DIR)
+    collector = open_collector(args)
     host, port = sock.getsockname()[:2]
     # uvicorn re-raises the signal that stopped it; exiting through Python keeps the report step.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -165,6 +177,12 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
             if args.report:
                 write_report(args.output_dir)
     return 0
+
+
+def quiet_client_logs() -> None:
+    """Per-call detail goes to tool stats; the SDK would log every rejected argument too."""
+    for name in ("mcp", "httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def write_report(output_dir: Path) -> None:

@@ -86,16 +86,24 @@ def gateway_app(
     auth_token: str | None = None,
     host: str = "127.0.0.1",
     start_runtime: bool = True,
+    stateless: bool = False,
 ) -> Starlette:
-    """The ASGI app serving `server` over `transport`; `start_runtime=False` when the caller runs `server.running()`."""
+    """The ASGI app serving `server` over `transport`; `start_runtime=False` when the caller runs `server.running()`.
+
+    `stateless` (streamable HTTP only) keeps no MCP session between requests, so any replica of a
+    Ray Serve gateway can answer any request (`rollout.gateway.serve_replica`).
+    """
     mcp_path(transport)
+    if stateless and transport != "streamable-http":
+        raise ConfigError(f"a stateless gateway serves streamable-http only, not {transport}")
     security = loopback_security(host)
     if transport == "sse":
         app = server.sse_app(host=host, transport_security=security)
     else:
         # JSON response mode: a call is answered with one JSON body, without the SSE mode's per-request task
         # group and stream (the gateway sends no notifications mid-call).
-        app = server.streamable_http_app(host=host, transport_security=security, json_response=True)
+        app = server.streamable_http_app(host=host, transport_security=security, json_response=True,
+                                         stateless_http=stateless)
     if isinstance(server, GatewayServer):
         server.proxy.protect(security)
     if start_runtime and isinstance(server, GatewayServer):

@@ -38,6 +38,12 @@ class GatewayConfig:
     """Worker threads each tool group's calls may use at once on a launched gateway."""
     reconnect_timeout_s: float = 120.0
     """How long a worker's calls wait for a lost gateway session to come back before failing (`transport_error`)."""
+    replicas: int = 1
+    """1 launches the gateway as a child process; N > 1 deploys N replicas on Ray Serve behind one URL."""
+    replica_cpus: float = 1.0
+    """CPUs Ray reserves for each Serve replica."""
+    autoscaling: dict[str, Any] | None = None
+    """Ray Serve `autoscaling_config` for the replicas (min_replicas, max_replicas, target_ongoing_requests, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,11 @@ class RunConfig:
             raise ConfigError("workers and concurrency_per_worker must be at least 1")
         if run.repeats < 1:
             raise ConfigError(f"repeats={run.repeats} must be at least 1 (the attempts at each question)")
+        if run.gateway.replicas < 1:
+            raise ConfigError(f"gateway.replicas={run.gateway.replicas} must be at least 1")
+        if run.gateway.replicas > 1 and run.gateway.url:
+            raise ConfigError("gateway.replicas applies to a gateway the run starts, and gateway.url names one "
+                              "already running: drop one of the two")
         return run
 
     def to_dict(self) -> dict[str, Any]:

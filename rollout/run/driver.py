@@ -55,11 +55,12 @@ class RunOutcome:
 
 
 def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
+    """The gateway's command line; paths are absolute, as Serve replicas do not start in the run's directory."""
     return [
-        "--config", str(cfg.gateway_config_path),
-        "--corpus", str(corpus_path),
-        "--cache-dir", str(cfg.cache_dir),
-        "--output-dir", str(cfg.output_dir),
+        "--config", str(cfg.gateway_config_path.resolve()),
+        "--corpus", str(corpus_path.resolve()),
+        "--cache-dir", str(cfg.cache_dir.resolve()),
+        "--output-dir", str(cfg.output_dir.resolve()),
         "--no-report",  # the run writes the report from its trajectory once the gateway is stopped
         "--retriever-config", str(retriever_config),
         "--default-top-k", str(cfg.gateway.default_top_k),
@@ -82,8 +83,12 @@ class RunningGateway:
 
 
 @contextlib.contextmanager
-def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | RunningGateway]:
-    """The configured gateway, or one launched for this run (stopped after it, even on failure)."""
+def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | RunningGateway | Any]:
+    """The configured gateway, or one launched for this run (stopped after it, even on failure).
+
+    One replica is a child process, started before Ray so it loads while Ray starts; more are a Ray
+    Serve application, deployed once Ray is up (this enters `ray_session`, and the run's own use of
+    it then finds Ray running)."""
     if cfg.gateway.url:
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
         yield RunningGateway(cfg.gateway.url)
@@ -97,6 +102,17 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
         if not is_loopback(host) and not resolve_token(token):
             logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
                            "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
+        if cfg.gateway.replicas > 1:
+            # Imported here: it loads the gateway's own modules, which a one-process run never needs.
+            from rollout.run.gateway_serve import ServeGateway
+
+            with ray_session(cfg), ServeGateway(
+                args, cfg.retriever.to_dict(), host=host, replicas=cfg.gateway.replicas,
+                replica_cpus=cfg.gateway.replica_cpus, autoscaling=cfg.gateway.autoscaling,
+                ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
+            ) as served:
+                yield served
+            return
         with GatewayProcess(args, host=host, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token) as gw:
             yield gw
 

@@ -1,0 +1,121 @@
+"""The gateway as a Ray Serve deployment: N replicas of the same app behind one HTTP URL.
+
+Each replica takes the command line `python -m rollout.gateway` takes, loads the knowledge base
+from the index cache (memory-mapped; `prebuild_indexes` filled the cache once before the
+deployment, so replicas never build), and serves the gateway's ASGI app in stateless streamable
+HTTP: no request depends on an earlier one reaching the same replica, so Serve may route each to
+any replica. Each replica appends to its own ledger (`realtime_calls.<replica>.jsonl`), and the
+report reads them together.
+
+`ray.serve` is imported only here, and only when a deployment is made: the single-process gateway
+never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rollout.errors import ConfigError
+from rollout.gateway.__main__ import (
+    build_parser,
+    load_knowledge_base,
+    open_collector,
+    option_error,
+    quiet_client_logs,
+)
+from rollout.gateway.http_app import gateway_app
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway.server import build_gateway
+from rollout.gateway_file import load_gateway_file
+from rollout.retrieval.params import RetrievalParams
+from rollout.run_folder import replica_ledger_name
+from rollout.wire import resolve_token
+
+logger = logging.getLogger("rollout.gateway")
+
+DEPLOYMENT_NAME = "RolloutGateway"
+
+
+def check_replicable(argv: list[str]) -> None:
+    """Refuse what replicas cannot serve: a `ConfigError` naming the setting and the fix."""
+    args = build_parser().parse_args(argv)
+    if (problem := option_error(args)) is not None:
+        raise ConfigError(problem)
+    if args.transport != "streamable-http":
+        raise ConfigError(f"gateway.replicas > 1 serves streamable-http only; set gateway.transport=streamable-http "
+                          f"(got {args.transport}: an SSE stream must come back to the replica that opened it)")
+    if plan_gateway(load_gateway_file(args.config)).dynamic:
+        raise ConfigError(f"{args.config} lets tasks load tool sets, which each replica would track apart; "
+                          "use a static gateway file with gateway.replicas > 1, or gateway.replicas=1")
+
+
+def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
+    """Build (or find) in the cache every index the gateway file needs; the seconds it took.
+
+    Run once before the deployment, so the replicas starting together each load the same files
+    instead of each building them. `retrieval` is the run's `retriever` section: it travels with the
+    call, so no node needs the driver's copy of the file.
+    """
+    import time
+
+    from rollout.data import ensure_demo_kb, load_corpus
+    from rollout.paths import default_cache_dir
+    from rollout.retrieval import load_or_build_indexes
+
+    started = time.perf_counter()
+    args = build_parser().parse_args(argv)
+    requires = plan_gateway(load_gateway_file(args.config)).requires
+    if requires:
+        cache_dir = args.cache_dir or default_cache_dir()
+        corpus = args.corpus or ensure_demo_kb(cache_dir, n_passages=args.demo_passages,
+                                               n_questions=args.demo_questions, seed=args.demo_seed).corpus_path
+        load_or_build_indexes(load_corpus(corpus), cache_dir, which=requires,
+                              params=RetrievalParams.from_dict(retrieval))
+    return time.perf_counter() - started
+
+
+class GatewayReplica:
+    """One replica: the gateway `argv` describes, recording its calls in a ledger of its own."""
+
+    def __init__(self, argv: list[str], retrieval: dict[str, Any]) -> None:
+        from ray import serve
+
+        args = build_parser().parse_args(argv)
+        logging.getLogger("rollout").setLevel(args.log_level.upper())
+        quiet_client_logs()
+        self.replica = serve.get_replica_context().replica_id.unique_id
+        gateway = load_gateway_file(args.config)
+        kb = load_knowledge_base(args, plan_gateway(gateway).requires, RetrievalParams.from_dict(retrieval))
+        self.collector = open_collector(args, replica_ledger_name(self.replica))
+        self.server = build_gateway(gateway, kb, self.collector, tool_timeout_s=args.tool_timeout_s,
+                                    threads_per_group=args.threads_per_group)
+        self.asgi_app = gateway_app(self.server, transport=args.transport, auth_token=resolve_token(args.auth_token),
+                                    host=args.host, stateless=True)
+        logger.info("Gateway replica %s ready", self.replica)
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return self.asgi_app
+
+    def __del__(self) -> None:
+        collector = getattr(self, "collector", None)
+        if collector is not None:
+            collector.close()
+
+
+def gateway_application(argv: list[str], retrieval: dict[str, Any], *, replicas: int, replica_cpus: float,
+                        autoscaling: dict[str, Any] | None = None) -> Any:
+    """The Serve application (`Deployment.bind(...)`) of `replicas` gateway replicas serving `argv`'s gateway.
+
+    With `autoscaling` (Serve's `autoscaling_config`: min_replicas, max_replicas, target_ongoing_requests, ...)
+    Serve sizes the deployment itself and `replicas` is where it starts.
+    """
+    from ray import serve
+
+    options: dict[str, Any] = {"ray_actor_options": {"num_cpus": replica_cpus}, "name": DEPLOYMENT_NAME}
+    if autoscaling:
+        options["autoscaling_config"] = {"initial_replicas": replicas, **autoscaling}
+    else:
+        options["num_replicas"] = replicas
+    deployment = serve.deployment(serve.ingress()(GatewayReplica)).options(**options)
+    return deployment.bind(list(argv), dict(retrieval))
