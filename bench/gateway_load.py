@@ -1,6 +1,7 @@
 """Gateway under load: 64 MCP sessions x 50 calls each on loopback, beside bare `mcp` servers in the same run.
 
     python bench/gateway_load.py [--sessions 64] [--calls 50] [--rounds 2] [--client-procs 2] [--passages 2000]
+                                 [--replicas 2]
 
 Every server runs in a child process of its own (this script with `--serve`). The load comes
 from `--client-procs` client processes that split the sessions: each opens its sessions first,
@@ -15,6 +16,11 @@ call carries a unique `rollout/call_id`. Servers:
                retriever that returns the first top_k passages: the wrapper without retrieval cost
   gw-nostats   gw-echo without a stats collector: what the stats middleware alone adds
   gw-bm25      the real sparse tool over BM25 on the generated demo corpus
+  gw-bm25-stateless  gw-bm25 serving stateless streamable HTTP (no MCP session kept between
+               requests), as each Ray Serve replica does: what dropping session affinity costs
+  serve-bm25xN gw-bm25 as N Ray Serve replicas behind Serve's HTTP proxy (`gateway.replicas=N`,
+               `--replicas N`, 0 leaves it out); its server CPU is the whole Ray process tree
+               (GCS, raylet, controller, proxy, replicas), and its ledger is the N replica ledgers
 
 The bare servers get the SDK's own client with default settings (`Client(url)`); the gateways get
 the client a rollout worker uses (`envs.HttpMCPEnv`), so both sides of the wire are what a run pays. Figures per server, pooled over the rounds (servers take turns, in alternating
@@ -53,7 +59,8 @@ import numpy as np
 
 from rollout.gateway.knowledge import KnowledgeBase, SearchResult
 
-KINDS = ("bare-echo", "bare-result", "gw-echo", "gw-nostats", "gw-bm25")
+BASE_KINDS = ("bare-echo", "bare-result", "gw-echo", "gw-nostats", "gw-bm25", "gw-bm25-stateless")
+SERVE_KIND = "serve-bm25x"
 TOP_K = 5
 TARGET_RATIO = 1.5
 TARGET_CPU_RATIO = 0.6
@@ -97,33 +104,67 @@ def gateway_server(kind: str, corpus: list[Any], stats_dir: Path) -> Any:
     from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
     from rollout.retrieval import BM25Retriever
 
-    retriever = BM25Retriever.build(corpus) if kind == "gw-bm25" else ConstantRetriever()
+    retriever = BM25Retriever.build(corpus) if kind.startswith("gw-bm25") else ConstantRetriever()
     collector = None if kind == "gw-nostats" else StatsCollector(stats_dir)
     gateway = load_gateway_file(GATEWAYS_DIR / "rag_sparse_only.json")
     return build_gateway(gateway, KnowledgeBase(corpus, {"sparse": retriever}), collector)
 
 
-def serve(kind: str, passages: int, port_file: Path, stats_dir: Path) -> None:
+def serve(kind: str, passages: int, url_file: Path, stats_dir: Path) -> None:
     import logging
 
     import uvicorn
 
     from rollout.data import generate_demo_kb
+    from rollout.gateway.http_app import gateway_app
     from rollout.gateway.server import bind_socket, make_uvicorn
 
     logging.basicConfig(level=logging.WARNING)
+    if kind.startswith(SERVE_KIND):
+        serve_replicas(int(kind.removeprefix(SERVE_KIND)), passages, url_file, stats_dir)
+        return
     corpus, _ = generate_demo_kb(n_passages=passages, n_questions=0)
     sock = bind_socket("127.0.0.1", 0)  # the gateway's own binding (TCP_NODELAY) for every server
     if kind.startswith("bare"):
         app = bare_server(kind, corpus).streamable_http_app()
         uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    elif kind.endswith("-stateless"):
+        app = gateway_app(gateway_server(kind, corpus, stats_dir), stateless=True)
+        uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     else:
         uv = make_uvicorn(gateway_server(kind, corpus, stats_dir))
-    tmp = port_file.with_suffix(".tmp")
-    tmp.write_text(str(sock.getsockname()[1]))
-    tmp.replace(port_file)
+    announce(url_file, f"http://127.0.0.1:{sock.getsockname()[1]}/mcp")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     asyncio.run(uv.serve(sockets=[sock]))
+
+
+def serve_replicas(replicas: int, passages: int, url_file: Path, stats_dir: Path) -> None:
+    """The sparse gateway as `replicas` Ray Serve replicas, as a run with `gateway.replicas=N` deploys it."""
+    import logging
+    import threading
+
+    import ray
+
+    from rollout.gateway_file import GATEWAYS_DIR
+    from rollout.retrieval.params import RetrievalParams
+    from rollout.run.gateway_serve import ServeGateway
+
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+    argv = ["--config", str(GATEWAYS_DIR / "rag_sparse_only.json"), "--demo-passages", str(passages),
+            "--cache-dir", str(stats_dir.parent / "cache"), "--output-dir", str(stats_dir.parent / "serve-out")]
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    # Each replica reserves no CPU: on this 2-core machine the bench measures routing, not reservations.
+    with ServeGateway(argv, RetrievalParams().to_dict(), replicas=replicas, replica_cpus=0) as gateway:
+        announce(url_file, gateway.wait_ready())
+        stopped.wait()
+    ray.shutdown()
+
+
+def announce(url_file: Path, url: str) -> None:
+    tmp = url_file.with_suffix(".tmp")
+    tmp.write_text(url)
+    tmp.replace(url_file)
 
 
 # ---------------------------------------------------------------- clients (pool processes)
@@ -223,7 +264,8 @@ class Server:
     kind: str
     proc: subprocess.Popen[bytes]
     url: str
-    stats_file: Path
+    stats_dir: Path
+    """Where its call ledgers are (`realtime_calls*.jsonl`: one per replica for a Serve gateway)."""
     sent: list[str] = field(default_factory=list)
     load_ids: set[str] = field(default_factory=set)
     latencies_ms: list[float] = field(default_factory=list)
@@ -253,11 +295,22 @@ class Server:
     def p(self, q: float) -> float:
         return pct(self.latencies_ms, q)
 
+    @property
+    def ledgers(self) -> list[Path]:
+        return sorted(self.stats_dir.glob("realtime_calls*.jsonl")) if self.stats_dir.is_dir() else []
+
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process and every live descendant, from /proc."""
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (t / "children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return total
+    return total + sum(cpu_seconds(c) for c in children)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -265,16 +318,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 def start_server(kind: str, passages: int, workdir: Path) -> Server:
-    port_file, stats_dir = workdir / f"{kind}.port", workdir / kind
+    url_file, stats_dir = workdir / f"{kind}.url", workdir / kind
     cmd = [sys.executable, __file__, "--serve", kind, "--passages", str(passages),
-           "--port-file", str(port_file), "--stats-dir", str(stats_dir)]
+           "--url-file", str(url_file), "--stats-dir", str(stats_dir)]
     proc = subprocess.Popen(cmd)
-    deadline = time.monotonic() + 120
-    while not port_file.exists():
+    deadline = time.monotonic() + 300
+    while not url_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{kind} server did not start (exit code {proc.poll()})")
         time.sleep(0.05)
-    return Server(kind, proc, f"http://127.0.0.1:{port_file.read_text()}/mcp", stats_dir / "realtime_calls.jsonl")
+    ledgers = stats_dir.parent / "serve-out" / "tool_stats" if kind.startswith(SERVE_KIND) else stats_dir
+    return Server(kind, proc, url_file.read_text(), ledgers)
 
 
 def phase(pool: ProcessPoolExecutor, manager: Any, server: Server, procs: int, sessions: int, calls: int,
@@ -307,8 +361,8 @@ def phase(pool: ProcessPoolExecutor, manager: Any, server: Server, procs: int, s
 
 
 def ledger(server: Server) -> tuple[int, int, int, int, list[float]]:
-    """(sent, lost, duplicated, unexpected, gateway-side durations of load calls) from the stats file."""
-    lines = [json.loads(line) for line in server.stats_file.read_text().splitlines() if line.strip()]
+    """(sent, lost, duplicated, unexpected, gateway-side durations of load calls) from the call ledgers."""
+    lines = [json.loads(line) for path in server.ledgers for line in path.read_text().splitlines() if line.strip()]
     recorded = Counter(str(r["call_id"]) for r in lines)
     sent = Counter(server.sent)
     lost = sum(1 for c in sent if c not in recorded)
@@ -323,18 +377,18 @@ def report(servers: dict[str, Server], args: argparse.Namespace) -> None:
     print(f"\n{args.sessions} sessions ({args.client_procs} client processes) x {args.calls} calls x {args.rounds} "
           f"rounds per server, loopback, {os.cpu_count()} cores; gateway tool query_knowledge_base_sparse"
           f"(top_k={TOP_K}) on a {args.passages}-passage demo corpus\n")
-    header = (f"{'server':<12}{'calls':>7}{'errors':>7}{'calls/s':>9}{'p50 ms':>9}{'p95 ms':>9}"
+    header = (f"{'server':<18}{'calls':>7}{'errors':>7}{'calls/s':>9}{'p50 ms':>9}{'p95 ms':>9}"
               f"{'server cpu':>11}{'client cpu':>11}{'c+s cpu':>9}{'gw p50 ms':>10}{'p50 ratio':>10}"
               f"{'cpu ratio':>10}  stats ledger (call ids sent vs recorded)")
     print(header)
     print("-" * len(header))
     for kind, s in servers.items():
         gw_p50, check = "", "-"
-        if s.stats_file.is_file():
+        if s.ledgers:
             sent, lost, dup, unexpected, durations = ledger(s)
             gw_p50 = f"{pct(durations, 50):.2f}"
             check = f"sent {sent}: lost {lost}, duplicated {dup}, unexpected {unexpected}"
-        print(f"{kind:<12}{s.calls:>7}{s.errors:>7}{s.calls / s.wall_s:>9.0f}{s.p(50):>9.2f}{s.p(95):>9.2f}"
+        print(f"{kind:<18}{s.calls:>7}{s.errors:>7}{s.calls / s.wall_s:>9.0f}{s.p(50):>9.2f}{s.p(95):>9.2f}"
               f"{s.cpu_ms_per_call:>11.3f}{s.client_cpu_ms_per_call:>11.3f}{s.total_cpu_ms_per_call:>9.3f}"
               f"{gw_p50:>10}{s.p(50) / base.p(50):>10.2f}{s.total_cpu_ms_per_call / base.total_cpu_ms_per_call:>10.2f}"
               f"  {check}")
@@ -350,6 +404,10 @@ def report(servers: dict[str, Server], args: argparse.Namespace) -> None:
     print(f"  stats middleware alone           (gw-echo / gw-nostats):  {ratio('gw-echo', 'gw-nostats')}")
     print(f"  against the bare echo            (gw-echo / bare-echo):   {ratio('gw-echo', 'bare-echo')}")
     print(f"with BM25 on {args.passages} passages        (gw-bm25 / bare-result): {ratio('gw-bm25', 'bare-result')}")
+    print(f"  stateless, as a Serve replica    (gw-bm25-stateless / gw-bm25): {ratio('gw-bm25-stateless', 'gw-bm25')}")
+    for kind in (k for k in servers if k.startswith(SERVE_KIND)):
+        print(f"  {kind.removeprefix(SERVE_KIND)} Ray Serve replicas            ({kind} / gw-bm25): {ratio(kind, 'gw-bm25')}"
+              f", {servers[kind].calls / servers[kind].wall_s / (servers['gw-bm25'].calls / servers['gw-bm25'].wall_s):.2f}x calls/s")
     overhead = servers["gw-echo"].p(50) / base.p(50)
     verdict = "met" if overhead <= TARGET_RATIO else "NOT met"
     print(f"target: the stats middleware and wrapper add at most {TARGET_RATIO - 1:.0%} to the bare round trip "
@@ -363,18 +421,19 @@ def report(servers: dict[str, Server], args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Server]:
     from rollout.data import generate_demo_kb
 
+    kinds = (*BASE_KINDS, *([f"{SERVE_KIND}{args.replicas}"] if args.replicas else []))
     corpus, _ = generate_demo_kb(n_passages=args.passages, n_questions=0)
     queries = [p.title for p in corpus]
     servers: dict[str, Server] = {}
     ctx = get_context("spawn")
     try:
-        for kind in KINDS:
+        for kind in kinds:
             servers[kind] = start_server(kind, args.passages, workdir)
         with ctx.Manager() as manager, ProcessPoolExecutor(args.client_procs, mp_context=ctx) as pool:
             for s in servers.values():
                 phase(pool, manager, s, args.client_procs, args.client_procs, 20, "warm", queries, measure=False)
             for r in range(args.rounds):
-                for kind in KINDS if r % 2 == 0 else tuple(reversed(KINDS)):
+                for kind in kinds if r % 2 == 0 else tuple(reversed(kinds)):
                     phase(pool, manager, servers[kind], args.client_procs, args.sessions, args.calls, f"r{r}",
                           queries, measure=True)
                     print(f"round {r + 1}/{args.rounds} {kind}: done", file=sys.stderr)
@@ -383,7 +442,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Server]:
         for s in servers.values():
             s.proc.terminate()
         for s in servers.values():
-            s.proc.wait(timeout=15)
+            s.proc.wait(timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,12 +452,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--client-procs", type=int, default=2, help="client processes the sessions are split over")
     p.add_argument("--passages", type=int, default=2000)
-    p.add_argument("--serve", choices=KINDS, help=argparse.SUPPRESS)
-    p.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--replicas", type=int, default=2, help="Ray Serve replicas of the serve-bm25xN row; 0 leaves it out")
+    p.add_argument("--serve", help=argparse.SUPPRESS)
+    p.add_argument("--url-file", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--stats-dir", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.passages, args.port_file, args.stats_dir)
+        serve(args.serve, args.passages, args.url_file, args.stats_dir)
         return 0
     with tempfile.TemporaryDirectory(prefix="gateway-load-") as tmp:
         servers = run(args, Path(tmp))
