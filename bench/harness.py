@@ -167,18 +167,20 @@ def main() -> None:
     parser.add_argument("--memory-tasks", type=int, nargs="+", default=[1_000, 10_000])
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        print("throughput (agent=simulated):", flush=True)
-        rows = bench_throughput(args, args.cache_dir)
-    finally:
-        ray.shutdown()
-    _table(
-        f"Throughput: {args.turns} turns x {args.latency * 1000:.0f} ms simulated LLM per task, 2 actors, 2 cores",
-        ("policy", "concurrent", "tasks/s", "ideal", "fraction", "mean task", "tool calls/s"), rows,
-    )
+    if not args.skip_throughput:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            print("throughput (agent=simulated):", flush=True)
+            rows = bench_throughput(args, args.cache_dir)
+        finally:
+            ray.shutdown()
+        _table(
+            f"Throughput: {args.turns} turns x {args.latency * 1000:.0f} ms simulated LLM per task, 2 actors, 2 cores",
+            ("policy", "concurrent", "tasks/s", "ideal", "fraction", "mean task", "tool calls/s"), rows,
+        )
     if not args.skip_memory:
         print("\ndriver memory (whole command, fresh process each):", flush=True)
         peaks = bench_memory(args, args.cache_dir)
