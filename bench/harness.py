@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,8 +45,9 @@ from rollout.run.scheduler import PlannedTask, Scheduler
 PEAK_FILE_ENV = "ROLLOUT_BENCH_PEAK_FILE"
 
 
-def many(questions: list[Question], n: int) -> list[Question]:
+def many(questions: Sequence[Question], n: int) -> list[Question]:
     """n questions with distinct ids, cycling through the given ones."""
+    questions = list(questions)
     return [replace(questions[i % len(questions)], id=f"{questions[i % len(questions)].id}-{i}") for i in range(n)]
 
 
