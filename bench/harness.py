@@ -117,8 +117,8 @@ def driver_peak_mib(n_tasks: int, cache_dir: Path, questions_file: Path, corpus_
         return float(peak_file.read_text()) / 1024, wall
 
 
-def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[float]:
-    """The driver's peak MiB for each of `--memory-tasks`."""
+def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[tuple[float, float]]:
+    """The driver's (peak MiB, wall s) for each of `--memory-tasks`."""
     cfg = compose_run_config("mode=sparse", f"cache_dir={cache_dir}")
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     peaks = []
@@ -129,8 +129,8 @@ def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[float]:
                 f.write(json.dumps(q.to_json()) + "\n")
         for n in args.memory_tasks:
             peak, wall = driver_peak_mib(n, cache_dir, questions_file, data.corpus_path)
-            peaks.append(peak)
-            print(f"  driver over {n:6,} tasks: peak {peak:,.0f} MiB in {wall:.1f} s", flush=True)
+            peaks.append((peak, wall))
+            print(f"  driver over {n:9,} tasks: peak {peak:,.0f} MiB in {wall:.1f} s", flush=True)
     return peaks
 
 
@@ -186,9 +186,13 @@ def main() -> None:
     if not args.skip_memory:
         print("\ndriver memory (whole command, fresh process each):", flush=True)
         peaks = bench_memory(args, args.cache_dir)
-        rows = [(f"{n:,} tasks", f"{peak:,.0f} MiB") for n, peak in zip(args.memory_tasks, peaks, strict=True)]
-        _table("Driver peak memory (VmHWM)", ("run", "peak"), rows)
-        print(f"\npeak {args.memory_tasks[-1]:,} / {args.memory_tasks[0]:,} tasks: {peaks[-1] / peaks[0]:.2f}x")
+        rows = [(f"{n:,} tasks", f"{peak:,.0f} MiB", f"{wall:,.0f} s", f"{n / wall:,.0f}",
+                 "-" if i == 0 else f"{peak / peaks[i - 1][0]:.3f}x")
+                for i, (n, (peak, wall)) in enumerate(zip(args.memory_tasks, peaks, strict=True))]
+        _table("Driver peak memory (VmHWM)", ("run", "peak", "wall", "tasks/s", "peak / row above"), rows)
+        first, last = args.memory_tasks[0], args.memory_tasks[-1]
+        print(f"\npeak {last:,} / {first:,} tasks: {peaks[-1][0] / peaks[0][0]:.3f}x")
+        print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
 
 
 if __name__ == "__main__":
