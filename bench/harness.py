@@ -134,6 +134,55 @@ def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[tuple[float,
     return peaks
 
 
+def gateway_stop_s(n_sessions: int, cache_dir: Path) -> tuple[float, int]:
+    """(seconds from stop() to exit, calls in flight at the stop) for a launched gateway with `n_sessions` open
+    MCP sessions, a quarter of them sending calls back to back while it is asked to stop."""
+    import asyncio
+
+    from envs.mcp_session import McpSession
+    from rollout.run.gateway_process import GatewayProcess
+
+    async def measure() -> tuple[float, int]:
+        with tempfile.TemporaryDirectory(prefix="rollout-bench-stop-") as tmp:
+            gw = GatewayProcess(["--config", str(PROJECT_ROOT / "conf/gateways/rag_sparse_only.json"),
+                                 "--cache-dir", str(cache_dir), "--output-dir", tmp, "--no-report",
+                                 "--log-level", "WARNING"])
+            gw.launch()
+            url = await asyncio.to_thread(gw.wait_ready)
+            sessions = [McpSession(url, name=f"bench-{i}", reconnect_timeout_s=1.0) for i in range(n_sessions)]
+            clients = []
+            for i in range(0, n_sessions, 16):
+                clients += await asyncio.gather(*(s.open(60) for s in sessions[i:i + 16]))
+            stopping = asyncio.Event()
+            in_flight = 0
+
+            async def busy(client: object) -> None:
+                nonlocal in_flight
+                while not stopping.is_set():
+                    in_flight += 1
+                    try:
+                        await client.call_tool("query_knowledge_base_sparse", {"query": "city", "top_k": 3})
+                    except Exception:  # noqa: BLE001 - the gateway going away mid-call is the point
+                        return
+                    finally:
+                        in_flight -= 1
+
+            callers = [asyncio.create_task(busy(c)) for c in clients[: max(1, n_sessions // 4)]]
+            await asyncio.sleep(1.0)
+            at_stop = in_flight
+            t0 = time.perf_counter()
+            await asyncio.to_thread(gw.stop)
+            stopped = time.perf_counter() - t0
+            stopping.set()
+            for c in callers:
+                c.cancel()
+            await asyncio.gather(*callers, return_exceptions=True)
+            await asyncio.wait_for(asyncio.gather(*(s.close() for s in sessions), return_exceptions=True), 30)
+            return stopped, at_stop
+
+    return asyncio.run(measure())
+
+
 def _as_driver(overrides: list[str]) -> None:
     """Run the command as a user would, then record this process's peak RSS."""
     import atexit
@@ -170,6 +219,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--stop-sessions", type=int, nargs="*", default=[128],
+                        help="open MCP sessions when the gateway is asked to stop (none: skip the stop rows)")
     args = parser.parse_args()
 
     if not args.skip_throughput:
@@ -183,6 +234,10 @@ def main() -> None:
             f"Throughput: {args.turns} turns x {args.latency * 1000:.0f} ms simulated LLM per task, 2 actors, 2 cores",
             ("policy", "concurrent", "tasks/s", "ideal", "fraction", "mean task", "tool calls/s"), rows,
         )
+    for n in args.stop_sessions:
+        stopped, at_stop = gateway_stop_s(n, args.cache_dir)
+        print(f"gateway stop with {n} open sessions ({at_stop} calls in flight): {stopped:.2f} s "
+              f"(load average {Path('/proc/loadavg').read_text().split()[0]})", flush=True)
     if not args.skip_memory:
         print("\ndriver memory (whole command, fresh process each):", flush=True)
         peaks = bench_memory(args, args.cache_dir)
