@@ -55,7 +55,7 @@ def test_the_streaming_summary_is_byte_for_byte_the_pandas_one(seed, score_faile
     tasks = [random_task(rng, i, hops=hops, style=style, usage=seed % 2 == 0) for i in range(300)]
     if seed == 5:
         tasks = [t for t in tasks if t.repeat == 0]  # one repeat: no CI, no pass@k
-    kwargs = dict(mode="m", gateway_file="g.json", wall_time_s=3.21, score_failed=score_failed)
+    kwargs = {"mode": "m", "gateway_file": "g.json", "wall_time_s": 3.21, "score_failed": score_failed}
     streamed = json.dumps(summarize(iter(tasks), **kwargs).to_json(), indent=2)
     assert streamed == json.dumps(summarize_with_pandas(tasks, **kwargs).to_json(), indent=2)
 
