@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,8 +45,9 @@ from rollout.run.scheduler import PlannedTask, Scheduler
 PEAK_FILE_ENV = "ROLLOUT_BENCH_PEAK_FILE"
 
 
-def many(questions: list[Question], n: int) -> list[Question]:
+def many(questions: Sequence[Question], n: int) -> list[Question]:
     """n questions with distinct ids, cycling through the given ones."""
+    questions = list(questions)
     return [replace(questions[i % len(questions)], id=f"{questions[i % len(questions)].id}-{i}") for i in range(n)]
 
 
@@ -115,8 +117,8 @@ def driver_peak_mib(n_tasks: int, cache_dir: Path, questions_file: Path, corpus_
         return float(peak_file.read_text()) / 1024, wall
 
 
-def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[float]:
-    """The driver's peak MiB for each of `--memory-tasks`."""
+def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[tuple[float, float]]:
+    """The driver's (peak MiB, wall s) for each of `--memory-tasks`."""
     cfg = compose_run_config("mode=sparse", f"cache_dir={cache_dir}")
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     peaks = []
@@ -127,9 +129,58 @@ def bench_memory(args: argparse.Namespace, cache_dir: Path) -> list[float]:
                 f.write(json.dumps(q.to_json()) + "\n")
         for n in args.memory_tasks:
             peak, wall = driver_peak_mib(n, cache_dir, questions_file, data.corpus_path)
-            peaks.append(peak)
-            print(f"  driver over {n:6,} tasks: peak {peak:,.0f} MiB in {wall:.1f} s", flush=True)
+            peaks.append((peak, wall))
+            print(f"  driver over {n:9,} tasks: peak {peak:,.0f} MiB in {wall:.1f} s", flush=True)
     return peaks
+
+
+def gateway_stop_s(n_sessions: int, cache_dir: Path) -> tuple[float, int]:
+    """(seconds from stop() to exit, calls in flight at the stop) for a launched gateway with `n_sessions` open
+    MCP sessions, a quarter of them sending calls back to back while it is asked to stop."""
+    import asyncio
+
+    from envs.mcp_session import McpSession
+    from rollout.run.gateway_process import GatewayProcess
+
+    async def measure() -> tuple[float, int]:
+        with tempfile.TemporaryDirectory(prefix="rollout-bench-stop-") as tmp:
+            gw = GatewayProcess(["--config", str(PROJECT_ROOT / "conf/gateways/rag_sparse_only.json"),
+                                 "--cache-dir", str(cache_dir), "--output-dir", tmp, "--no-report",
+                                 "--log-level", "WARNING"])
+            gw.launch()
+            url = await asyncio.to_thread(gw.wait_ready)
+            sessions = [McpSession(url, name=f"bench-{i}", reconnect_timeout_s=1.0) for i in range(n_sessions)]
+            clients = []
+            for i in range(0, n_sessions, 16):
+                clients += await asyncio.gather(*(s.open(60) for s in sessions[i:i + 16]))
+            stopping = asyncio.Event()
+            in_flight = 0
+
+            async def busy(client: object) -> None:
+                nonlocal in_flight
+                while not stopping.is_set():
+                    in_flight += 1
+                    try:
+                        await client.call_tool("query_knowledge_base_sparse", {"query": "city", "top_k": 3})
+                    except Exception:  # noqa: BLE001 - the gateway going away mid-call is the point
+                        return
+                    finally:
+                        in_flight -= 1
+
+            callers = [asyncio.create_task(busy(c)) for c in clients[: max(1, n_sessions // 4)]]
+            await asyncio.sleep(1.0)
+            at_stop = in_flight
+            t0 = time.perf_counter()
+            await asyncio.to_thread(gw.stop)
+            stopped = time.perf_counter() - t0
+            stopping.set()
+            for c in callers:
+                c.cancel()
+            await asyncio.gather(*callers, return_exceptions=True)
+            await asyncio.wait_for(asyncio.gather(*(s.close() for s in sessions), return_exceptions=True), 30)
+            return stopped, at_stop
+
+    return asyncio.run(measure())
 
 
 def _as_driver(overrides: list[str]) -> None:
@@ -167,24 +218,36 @@ def main() -> None:
     parser.add_argument("--memory-tasks", type=int, nargs="+", default=[1_000, 10_000])
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--stop-sessions", type=int, nargs="*", default=[128],
+                        help="open MCP sessions when the gateway is asked to stop (none: skip the stop rows)")
     args = parser.parse_args()
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        print("throughput (agent=simulated):", flush=True)
-        rows = bench_throughput(args, args.cache_dir)
-    finally:
-        ray.shutdown()
-    _table(
-        f"Throughput: {args.turns} turns x {args.latency * 1000:.0f} ms simulated LLM per task, 2 actors, 2 cores",
-        ("policy", "concurrent", "tasks/s", "ideal", "fraction", "mean task", "tool calls/s"), rows,
-    )
+    if not args.skip_throughput:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            print("throughput (agent=simulated):", flush=True)
+            rows = bench_throughput(args, args.cache_dir)
+        finally:
+            ray.shutdown()
+        _table(
+            f"Throughput: {args.turns} turns x {args.latency * 1000:.0f} ms simulated LLM per task, 2 actors, 2 cores",
+            ("policy", "concurrent", "tasks/s", "ideal", "fraction", "mean task", "tool calls/s"), rows,
+        )
+    for n in args.stop_sessions:
+        stopped, at_stop = gateway_stop_s(n, args.cache_dir)
+        print(f"gateway stop with {n} open sessions ({at_stop} calls in flight): {stopped:.2f} s "
+              f"(load average {Path('/proc/loadavg').read_text().split()[0]})", flush=True)
     if not args.skip_memory:
         print("\ndriver memory (whole command, fresh process each):", flush=True)
         peaks = bench_memory(args, args.cache_dir)
-        rows = [(f"{n:,} tasks", f"{peak:,.0f} MiB") for n, peak in zip(args.memory_tasks, peaks, strict=True)]
-        _table("Driver peak memory (VmHWM)", ("run", "peak"), rows)
-        print(f"\npeak {args.memory_tasks[-1]:,} / {args.memory_tasks[0]:,} tasks: {peaks[-1] / peaks[0]:.2f}x")
+        rows = [(f"{n:,} tasks", f"{peak:,.0f} MiB", f"{wall:,.0f} s", f"{n / wall:,.0f}",
+                 "-" if i == 0 else f"{peak / peaks[i - 1][0]:.3f}x")
+                for i, (n, (peak, wall)) in enumerate(zip(args.memory_tasks, peaks, strict=True))]
+        _table("Driver peak memory (VmHWM)", ("run", "peak", "wall", "tasks/s", "peak / row above"), rows)
+        first, last = args.memory_tasks[0], args.memory_tasks[-1]
+        print(f"\npeak {last:,} / {first:,} tasks: {peaks[-1][0] / peaks[0][0]:.3f}x")
+        print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,12 @@ error. Records without an `id` get their 0-based row number as id, with one warn
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+
+import numpy as np
 
 from rollout.data.chunking import iter_chunks
 from rollout.data.sources import RowSource, open_hf, open_path
@@ -175,18 +178,48 @@ def load_corpus_spec(spec: CorpusSpec) -> list[Passage]:
 
 def load_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> list[Question]:
     """The first `limit` usable questions of the source `spec` names (all when `limit` is None)."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit={limit} must be at least 1; use None (dataset.limit=null) for all questions")
     source = _open(spec, QUESTIONS_FORMAT)
     ids = _UniqueIds(source)
     questions: list[Question] = []
-    for number, question in _records(source, _parse_question, spec.columns, QUESTION_FIELDS, "questions",
-                                     QUESTIONS_FORMAT):
+    for number, question in _question_records(source, spec, limit):
         ids.add(question.id, number)
         questions.append(question)
-        if limit is not None and len(questions) >= limit:
-            break
     return questions
+
+
+def _question_records(source: RowSource, spec: QuestionSpec, limit: int | None) -> Iterator[tuple[int, Question]]:
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit} must be at least 1; use None (dataset.limit=null) for all questions")
+    records = _records(source, _parse_question, spec.columns, QUESTION_FIELDS, "questions", QUESTIONS_FORMAT)
+    for used, record in enumerate(records, start=1):
+        yield record
+        if limit is not None and used >= limit:
+            return
+
+
+def iter_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> Iterator[Question]:
+    """`load_question_spec` one question at a time, read from the source on each call; ids are checked
+    by `count_question_spec`, which a caller runs once first."""
+    for _, question in _question_records(_open(spec, QUESTIONS_FORMAT), spec, limit):
+        yield question
+
+
+def count_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> int:
+    """How many questions `iter_question_spec` yields; an id used twice is the `DataError` `load_question_spec`
+    raises. Holds 8 bytes per question (a hash of its id), not the questions or their ids."""
+    hashes = array("q")
+    for _, question in _question_records(_open(spec, QUESTIONS_FORMAT), spec, limit):
+        hashes.append(hash(question.id))
+    # Equal hashes are almost always one id used twice; only those ids are looked at again, exactly.
+    ordered = np.sort(np.frombuffer(hashes, dtype=np.int64)) if hashes else np.zeros(0, np.int64)
+    suspects = set(ordered[1:][ordered[1:] == ordered[:-1]].tolist())
+    if suspects:
+        source = _open(spec, QUESTIONS_FORMAT)
+        ids = _UniqueIds(source)
+        for number, question in _question_records(source, spec, limit):
+            if hash(question.id) in suspects:
+                ids.add(question.id, number)
+    return len(hashes)
 
 
 def load_corpus(path: Path | str) -> list[Passage]:

@@ -127,13 +127,18 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+STOP_GRACE_S = 2.0
+"""How long a stopping gateway lets the calls in flight finish (and reach the ledger) before it cancels them.
+Idle sessions do not hold a stop; a cancelled call's tool thread is a daemon (`tool_params`) and holds nothing."""
+
+
 def make_uvicorn(
     server: MCPServer, *, transport: str = "streamable-http", auth_token: str | None = None,
-    host: str = "127.0.0.1", start_runtime: bool = True,
+    host: str = "127.0.0.1", start_runtime: bool = True, stop_grace_s: float = 5.0,
 ) -> uvicorn.Server:
     """A uvicorn server for the gateway's app: MCP at `/mcp` (streamable HTTP) or `/sse` (SSE), see `gateway_app`."""
     app = gateway_app(server, transport=transport, auth_token=auth_token, host=host, start_runtime=start_runtime)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=stop_grace_s)
     return uvicorn.Server(config)
 
 
@@ -144,6 +149,7 @@ async def serve(
     """Serve on an already bound socket until signalled; write the MCP URL to `ready_file` first.
 
     Upstream sessions open before the URL is announced: an unreachable upstream raises `GatewayError` here.
+    Signalled, it stops within about `STOP_GRACE_S`, whatever sessions are open and calls are in flight.
     """
     host, port = sock.getsockname()[:2]
     runtime = server.running() if isinstance(server, GatewayServer) else contextlib.nullcontext()
@@ -152,5 +158,6 @@ async def serve(
             tmp = ready_file.with_suffix(".tmp")
             tmp.write_text(f"http://{host}:{port}{mcp_path(transport)}\n", encoding="utf-8")
             tmp.replace(ready_file)
-        uv = make_uvicorn(server, transport=transport, auth_token=auth_token, host=host, start_runtime=False)
+        uv = make_uvicorn(server, transport=transport, auth_token=auth_token, host=host, start_runtime=False,
+                          stop_grace_s=STOP_GRACE_S)
         await uv.serve(sockets=[sock])

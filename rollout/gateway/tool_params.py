@@ -14,15 +14,18 @@ client for a parameter it was never shown, and the run's identity already says w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import functools
 import inspect
+import threading
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.to_thread
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from pydantic import TypeAdapter, ValidationError
 
@@ -85,6 +88,34 @@ def check_fixed_params(group: str, tools: Sequence[ToolFn], pins: Mapping[str, A
     return {tool: values for tool, values in by_tool.items() if values}
 
 
+async def _on_daemon_thread(call: Callable[[], Any]) -> Any:
+    """`call()` on a thread of its own, awaited. The thread is a daemon: one a cancelled call left running
+    (a hung tool) must not hold the gateway's exit, as the interpreter waits for every other thread at exit
+    (anyio's worker threads are not daemons, so a stop waited for the hung tool however long it took)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the caller was cancelled and left
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = context.run(call), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting caller
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed while the call ran on: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="gateway-tool-call", daemon=True).start()
+    return await done
+
+
 def bind_tool(fn: ToolFn, pins: Mapping[str, Any], kb: object, limiter: anyio.CapacityLimiter | None = None) -> ToolFn:
     """`fn` as the gateway serves it: `pins` removed from its signature and always passed, `KBDefault`
     defaults replaced by the knowledge base's values, and, with a `limiter`, a sync `fn` run on a worker
@@ -107,11 +138,11 @@ def bind_tool(fn: ToolFn, pins: Mapping[str, Any], kb: object, limiter: anyio.Ca
             return await fn(**kwargs, **fixed)
     elif threaded:
         async def bound(**kwargs: Any) -> Any:
-            # Cancelled (the gateway's tool timeout), the caller leaves at once and gives its slot back; a
-            # thread cannot be stopped, so a hung one runs on unseen instead of starving its group.
-            return await anyio.to_thread.run_sync(
-                functools.partial(fn, **kwargs, **fixed), limiter=limiter, abandon_on_cancel=True
-            )
+            # Cancelled (the gateway's tool timeout, or its shutdown), the caller leaves at once and gives its slot
+            # back; a thread cannot be stopped, so a hung one runs on unseen instead of starving its group.
+            assert limiter is not None
+            async with limiter:
+                return await _on_daemon_thread(functools.partial(fn, **kwargs, **fixed))
     else:
         def bound(**kwargs: Any) -> Any:
             return fn(**kwargs, **fixed)

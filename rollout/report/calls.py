@@ -203,8 +203,9 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     has_id = gateway["call_id"].notna()
     gateway = pd.concat([gateway[has_id].drop_duplicates("call_id", keep="last"), gateway[~has_id]]).sort_index()
     has_trajectory = is_run_folder(run_dir)
-    # Only what the report joins on: a task's events and messages would make this grow with the run.
-    tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(trajectory_path(run_dir))]
+    # Only what the report joins on, of the tasks that called a tool: a task's events and messages, or a task
+    # without calls, would make this grow with the run rather than with its calls.
+    tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(trajectory_path(run_dir)) if t.get("tool_calls")]
     client = _client_frame(tasks)
     discarded = gateway.iloc[:0]
     if has_trajectory:

@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
-from rollout.summary import GroupScores, Metrics, RepeatStats, RunSummary, TokenUse, ToolUse
+from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
+from rollout.summary import RepeatStats, RunSummary, TokenUse, ToolUse
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +81,6 @@ def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
     }
 
 
-def _means(df: pd.DataFrame) -> Metrics:
-    out: Metrics = {}
-    for m in METRICS:
-        col = pd.to_numeric(df[m], errors="coerce").dropna() if m in df else pd.Series(dtype=float)
-        out[m] = round(float(col.mean()), 4) if len(col) else None
-    return out
-
-
 def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
     """Student-t CI of the mean of `values` (None with fewer than two)."""
     x = np.asarray(values, dtype=np.float64)
@@ -100,75 +92,107 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float,
     return float(x.mean()) - half, float(x.mean()) + half
 
 
-def _groups(rows: pd.DataFrame, by: pd.Series) -> dict[str, GroupScores]:
-    return {str(k): GroupScores(len(g), _means(g)) for k, g in rows.groupby(by, sort=True)}
+class _Tally:
+    """Everything the summary needs, added record by record (see `rollout.report.running`)."""
 
+    def __init__(self, score_failed: bool) -> None:
+        self.score_failed = score_failed
+        self.n = 0
+        self.statuses: Counter[str] = Counter()
+        self.max_repeat = -1
+        self.calls: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self.call_count = 0
+        self.scored = Slice(METRICS)
+        self.by_repeat: dict[int, Slice] = {}
+        self.by = {key: Grouped(METRICS) for key in ("hops", "style")}
+        self.right = CorrectPerQuestion()
+        self.tokens = ExactSum()
+        self.cost = ExactSum()
 
-def _repeat_stats(scored: pd.DataFrame, repeats: int) -> RepeatStats:
-    """by_repeat, ci95 and pass_at_k of the scored rows of a run with `repeats` > 1."""
-    by_repeat = {str(int(k)): GroupScores(len(g), _means(g)) for k, g in scored.groupby("repeat", sort=True)}
-    # Unrounded per-repeat means feed the interval.
-    repeat_means = scored.groupby("repeat")[list(METRICS)].agg(lambda col: pd.to_numeric(col, errors="coerce").mean())
-    ci: dict[str, tuple[float, float] | None] = {}
-    for m in METRICS:
-        interval = t_interval(repeat_means[m].dropna().tolist())
-        # Every metric lies in [0, 1]: so does its interval (a t-interval over few repeats can overshoot).
-        ci[m] = None if interval is None else (round(max(interval[0], 0.0), 4), round(min(interval[1], 1.0), 4))
-    per_question = scored.groupby("id")["exact_match"].agg(["size", lambda em: int((em == 1.0).sum())])
-    per_question.columns = ["n", "c"]
-    at_k: dict[str, float | None] = {}
-    for k in range(1, repeats + 1):
-        values = [pass_at_k(int(n), int(c), k) for n, c in zip(per_question["n"], per_question["c"]) if n >= k]
-        at_k[str(k)] = round(float(np.mean(values)), 4) if values else None
-    return RepeatStats(by_repeat=by_repeat, ci95=ci, pass_at_k=at_k)
+    def add(self, r: TaskResult) -> None:
+        row = score_task(r, score_failed=self.score_failed)
+        self.n += 1
+        self.statuses[r.status] += 1
+        self.max_repeat = max(self.max_repeat, r.repeat)
+        self.calls.update(c.name for c in r.tool_calls)
+        self.failed.update(c.name for c in r.tool_calls if not c.ok)
+        self.call_count += row["tool_calls"]
+        if row["total_tokens"] is not None:
+            self.tokens.add(row["total_tokens"])
+        if row["cost_usd"] is not None:
+            self.cost.add(row["cost_usd"])
+        for key, grouped in self.by.items():
+            grouped.see(row[key])
+        if not row["scored"]:
+            return
+        self.scored.add(row)
+        if (repeat := self.by_repeat.get(r.repeat)) is None:
+            repeat = self.by_repeat[r.repeat] = Slice(METRICS)
+        repeat.add(row)
+        for key, grouped in self.by.items():
+            grouped.add(row[key], row)
+        self.right.add(r.id, row["exact_match"])
+
+    def repeat_stats(self, repeats: int) -> RepeatStats:
+        """by_repeat, ci95 and pass_at_k of a run with `repeats` > 1."""
+        by_repeat = {str(k): self.by_repeat[k].scores() for k in sorted(self.by_repeat)}
+        # Unrounded per-repeat means feed the interval.
+        repeat_means = [self.by_repeat[k].means() for k in sorted(self.by_repeat)]
+        ci: dict[str, tuple[float, float] | None] = {}
+        for m in METRICS:
+            interval = t_interval([means[m] for means in repeat_means if means[m] is not None])
+            # Every metric lies in [0, 1]: so does its interval (a t-interval over few repeats can overshoot).
+            ci[m] = None if interval is None else (round(max(interval[0], 0.0), 4), round(min(interval[1], 1.0), 4))
+        per_question = self.right.tries_and_right()
+        at_k: dict[str, float | None] = {}
+        for k in range(1, repeats + 1):
+            eligible = [(pass_at_k(n, c, k), count) for (n, c), count in per_question.items() if n >= k]
+            questions = sum(count for _, count in eligible)
+            at_k[str(k)] = round(math.fsum(v * count for v, count in eligible) / questions, 4) if questions else None
+        return RepeatStats(by_repeat=by_repeat, ci95=ci, pass_at_k=at_k)
 
 
 def summarize(
     results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True,
     score_failed: bool = False, deterministic_agent: bool | None = None,
 ) -> RunSummary:
-    """The evaluation summary (one pass over `results`): overall metrics, breakdowns by hops and
-    style, task statuses, tool usage, tokens; with several repeats, CIs over repeats and pass@k.
+    """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
+    overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens; with several
+    repeats, CIs over repeats and pass@k.
 
     `score_failed` scores failed tasks as wrong answers instead of leaving them out;
     `deterministic_agent` is copied as is (the caller knows whether the agent samples)."""
-    rows: list[dict[str, Any]] = []
-    calls: Counter[str] = Counter()
-    failed: Counter[str] = Counter()
+    tally = _Tally(score_failed)
     for r in results:
-        rows.append(score_task(r, score_failed=score_failed))
-        calls.update(c.name for c in r.tool_calls)
-        failed.update(c.name for c in r.tool_calls if not c.ok)
-    df = pd.DataFrame(rows)
-    statuses = Counter(df["status"]) if len(df) else Counter()
-    scored = df[df["scored"]] if len(df) else df
-    repeats = int(df["repeat"].max()) + 1 if len(df) else 0
+        tally.add(r)
+    repeats = tally.max_repeat + 1
     tokens = None
-    if len(df) and df["total_tokens"].notna().any():
-        cost = round(float(df["cost_usd"].sum()), 6) if df["cost_usd"].notna().any() else None
-        tokens = TokenUse(int(df["total_tokens"].sum()), round(float(df["total_tokens"].mean()), 1), cost)
-    by = {key: _groups(scored, scored[key].astype(str)) if len(scored) and scored[key].notna().any() else None
-          for key in ("hops", "style")}
+    if tally.tokens.count:
+        cost = round(tally.cost.total(), 6) if tally.cost.count else None
+        mean = tally.tokens.mean()
+        assert mean is not None
+        tokens = TokenUse(int(tally.tokens.total()), round(mean, 1), cost)
     return RunSummary(
-        n=len(df),
-        scored=len(scored),
-        metrics=_means(scored) if len(scored) else dict.fromkeys(METRICS),
+        n=tally.n,
+        scored=tally.scored.n,
+        metrics=tally.scored.metrics(),
         mode=mode,
         gateway_file=gateway_file,
         complete=complete,
         score_failed=score_failed,
-        statuses={s: int(statuses.get(s, 0)) for s in STATUSES} | {
-            str(s): int(n) for s, n in statuses.items() if s not in STATUSES
+        statuses={s: tally.statuses.get(s, 0) for s in STATUSES} | {
+            s: n for s, n in tally.statuses.items() if s not in STATUSES
         },
         repeats=repeats,
         deterministic_agent=deterministic_agent,
-        tool_calls={name: ToolUse(n, failed.get(name, 0)) for name, n in sorted(calls.items())},
-        tool_calls_per_task=round(float(df["tool_calls"].mean()), 3) if len(df) else 0.0,
+        tool_calls={name: ToolUse(n, tally.failed.get(name, 0)) for name, n in sorted(tally.calls.items())},
+        tool_calls_per_task=round(tally.call_count / tally.n, 3) if tally.n else 0.0,
         wall_time_s=round(wall_time_s, 2),
-        repeat_stats=_repeat_stats(scored, repeats) if repeats > 1 and len(scored) else None,
+        repeat_stats=tally.repeat_stats(repeats) if repeats > 1 and tally.scored.n else None,
         tokens=tokens,
-        by_hops=by["hops"],
-        by_style=by["style"],
+        by_hops=tally.by["hops"].groups(),
+        by_style=tally.by["style"].groups(),
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, load_question_spec, materialize_corpus
+from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, materialize_corpus
+from rollout.data.loaders import count_question_spec, iter_question_spec
 from rollout.errors import ConfigError
 from rollout.paths import PROJECT_ROOT
 from rollout.records import Question
@@ -51,13 +54,51 @@ def _with_project_path(section: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
+class QuestionSet(Sequence[Question]):
+    """The questions of a run, read from their source on each pass and never held all at once.
+
+    A run of a million questions would otherwise keep a million `Question`s (about 1 KB each) for its
+    whole length. Constructing one reads the source once: it counts the questions and checks their ids
+    (`count_question_spec`). Iterating reads it again; indexing reads up to the index.
+    """
+
+    def __init__(self, spec: QuestionSpec, limit: int | None = None):
+        self.spec = spec
+        self.limit = limit
+        self._count = count_question_spec(spec, limit=limit)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Question]:
+        return iter_question_spec(self.spec, limit=self.limit)
+
+    @overload
+    def __getitem__(self, index: int) -> Question: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Question]: ...
+
+    def __getitem__(self, index: int | slice) -> Question | list[Question]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        position = index + self._count if index < 0 else index
+        if not 0 <= position < self._count:
+            raise IndexError(f"question {index} of a set of {self._count}")
+        return next(islice(iter(self), position, None))
+
+    def whole(self) -> QuestionSet:
+        """Every question of the source, whatever the limit."""
+        return self if self.limit is None else QuestionSet(self.spec)
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedData:
     """The corpus file the gateway serves and the questions the workers answer."""
 
     corpus_path: Path
     """A FlashRAG jsonl (materialized once when the source is another format)."""
-    questions: list[Question]
+    questions: QuestionSet
 
 
 def prepare_data(ds: DatasetConfig, cache_dir: Path) -> PreparedData:
@@ -70,4 +111,4 @@ def prepare_data(ds: DatasetConfig, cache_dir: Path) -> PreparedData:
         corpus, questions = ds.corpus, ds.questions
     else:
         raise ConfigError(f"unknown dataset kind {ds.kind!r}: use kind: demo or kind: files (see conf/dataset/)")
-    return PreparedData(materialize_corpus(corpus, cache_dir), load_question_spec(questions, limit=ds.limit))
+    return PreparedData(materialize_corpus(corpus, cache_dir), QuestionSet(questions, ds.limit))

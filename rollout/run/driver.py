@@ -34,8 +34,8 @@ from rollout.run.dataset import prepare_data
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
-from rollout.run.resume import finished_tasks, start_fresh
-from rollout.run.scheduler import PlannedTask, Scheduler, start_actors
+from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
+from rollout.run.scheduler import Scheduler, start_actors
 from rollout.run.worker import EnvSpec
 from rollout.run_folder import CONFIG_FILE, STATS_DIR, TRAJECTORY_FILE, append_task, iter_trajectory, write_summary
 from rollout.summary import RunSummary
@@ -233,7 +233,8 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     (out / STATS_DIR).mkdir(parents=True, exist_ok=True)
     if not cfg.resume:
         start_fresh(out)
-    logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, len(data.questions), cfg.gateway_config_path)
+    n_questions = len(data.questions)
+    logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, n_questions, cfg.gateway_config_path)
     timeline.mark("data")
 
     interrupted = False
@@ -241,7 +242,7 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
     with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
         timeline.mark("ray up")
         # Worker processes start (and import) while the gateway loads its encoder and indexes.
-        actors = start_actors(cfg, min(cfg.workers, len(data.questions) * cfg.repeats))
+        actors = start_actors(cfg, min(cfg.workers, n_questions * cfg.repeats))
         url = gateway.wait_ready()
         timeline.mark("gateway ready")
         logger.info("Gateway ready at %s", url)
@@ -249,11 +250,9 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
         finished = finished_tasks(out, RunIdentity.of(cfg, offered_tool_specs(env_spec), data))
         timeline.mark("tools listed")
         (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
-        # Repeat by repeat, so an interrupted run holds whole repeats first.
-        todo = [PlannedTask(q, r, cfg.seed + r) for r in range(cfg.repeats) for q in data.questions
-                if (q.id, r) not in finished]
-        total = len(data.questions) * cfg.repeats
-        already = total - len(todo)
+        resumed = plan_resume(finished, data.questions, cfg.repeats)
+        total = n_questions * cfg.repeats
+        already = resumed.already
         if already:
             logger.info("Resuming: %d of %d tasks already finished in %s", already, total, out)
         with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, \
@@ -274,16 +273,17 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
                 on_events=on_events if cfg.watch else None, actors=actors,
             )
             try:
-                scheduler.run(todo)
+                scheduler.run(tasks_to_run(data.questions, cfg.repeats, cfg.seed, finished), total - already)
             except KeyboardInterrupt:
                 interrupted = True
                 logger.warning("Interrupted: stopping the workers; finished tasks are saved")
     timeline.mark("all results")
     if not cfg.gateway.url:
         write_tool_report(out)
-    asked = {q.id for q in data.questions}
+    # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be
+    # tasks this run no longer asks.
     summary = summarize(
-        (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.id in asked and r.repeat < cfg.repeats),
+        (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.key not in resumed.not_asked),
         mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
         wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
         score_failed=cfg.score_failed, deterministic_agent=getattr(agent, "deterministic", None),

@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollout.run.config import RunConfig
-from rollout.run.dataset import PreparedData, prepare_data
+from rollout.run.dataset import PreparedData
 from rollout.run.identity_keys import DEMO_ONLY, HASH_CHARS, is_identity_key, is_under, sha256_hex
 
 
@@ -94,11 +94,12 @@ def _file_sha256(path: Path, cache_dir: Path) -> str:
 
 def dataset_hashes(cfg: RunConfig, data: PreparedData) -> dict[str, str]:
     """Content hashes of the corpus file the gateway serves and of the whole question set (not only `dataset.limit`)."""
-    questions = data.questions
-    if cfg.dataset.limit is not None:
-        questions = prepare_data(replace(cfg.dataset, limit=None), cfg.cache_dir).questions
-    blob = "\n".join(json.dumps(q.to_json(), sort_keys=True, ensure_ascii=False) for q in questions)
-    return {"corpus": _file_sha256(data.corpus_path, cfg.cache_dir), "questions": sha256_hex(blob.encode("utf-8"))}
+    # The hash of the questions' canonical JSON lines joined by newlines, fed line by line: a million questions
+    # are never held at once, as one string or as records.
+    digest = hashlib.sha256()
+    for i, q in enumerate(data.questions.whole()):
+        digest.update((b"\n" if i else b"") + json.dumps(q.to_json(), sort_keys=True, ensure_ascii=False).encode())
+    return {"corpus": _file_sha256(data.corpus_path, cfg.cache_dir), "questions": digest.hexdigest()}
 
 
 def tool_hashes(tool_specs: list[dict[str, Any]]) -> dict[str, str]:

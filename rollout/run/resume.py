@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import ConfigError
 from rollout.jsonl import iter_jsonl
-from rollout.records import TaskKey, task_key
+from rollout.records import Question, TaskKey, task_key
 from rollout.run.identity import RunIdentity
+from rollout.run.scheduler import PlannedTask
 from rollout.run_folder import FINGERPRINT_FILE, ledger_paths, trajectory_path, write_json
 
 logger = logging.getLogger(__name__)
@@ -96,3 +99,35 @@ def finished_tasks(out_dir: Path, identity: RunIdentity) -> set[TaskKey]:
         logger.info("Resuming in %s: %d tasks finished, %d to run again", out_dir, len(finished), dropped)
     write_identity(out_dir, identity)
     return finished
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """How the finished tasks of an earlier run meet this run's questions."""
+
+    already: int
+    """Tasks this run asks that finished earlier: they are not run again."""
+    not_asked: frozenset[TaskKey]
+    """Finished tasks this run no longer asks (a smaller `dataset.limit` or `repeats`): left out of its summary."""
+
+
+def plan_resume(finished: set[TaskKey], questions: Iterable[Question], repeats: int) -> ResumePlan:
+    """Match `finished` against the (question, repeat) pairs of this run, in one pass over its questions.
+
+    Memory is that of `finished`, which only a resumed run has: a fresh run holds nothing per task."""
+    if not finished:
+        return ResumePlan(0, frozenset())
+    not_asked = set(finished)
+    for q in questions:
+        for r in range(repeats):
+            not_asked.discard((q.id, r))
+    return ResumePlan(len(finished) - len(not_asked), frozenset(not_asked))
+
+
+def tasks_to_run(questions: Iterable[Question], repeats: int, seed: int, finished: set[TaskKey]) -> Iterator[PlannedTask]:
+    """The tasks not finished yet, repeat by repeat (so an interrupted run holds whole repeats first), drawn
+    from the question source as the scheduler asks for them."""
+    for r in range(repeats):
+        for q in questions:
+            if (q.id, r) not in finished:
+                yield PlannedTask(q, r, seed + r)

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
@@ -112,6 +112,36 @@ class PlannedTask:
                                  seed=self.seed)
 
 
+class _Queue:
+    """Tasks still to start: tasks to start again first, then the planned ones, drawn one at a time."""
+
+    def __init__(self, planned: Iterable[PlannedTask]):
+        self._planned = iter(planned)
+        self._retries: deque[tuple[PlannedTask, int]] = deque()
+        self._next: PlannedTask | None = None
+        self._exhausted = False
+
+    def __bool__(self) -> bool:
+        if self._retries or self._next is not None:
+            return True
+        if not self._exhausted:
+            self._next = next(self._planned, None)
+            self._exhausted = self._next is None
+        return self._next is not None
+
+    def pop(self) -> tuple[PlannedTask, int]:
+        """The next task and its attempt number (call only when the queue is true)."""
+        if self._retries:
+            return self._retries.popleft()
+        task, self._next = self._next, None
+        assert task is not None, "pop() from an empty queue"
+        return task, 1
+
+    def retry(self, task: PlannedTask, attempt: int) -> None:
+        """Start `task` again before any other (its worker died under it)."""
+        self._retries.appendleft((task, attempt))
+
+
 def new_actor(cfg: RunConfig, worker_id: str, env_spec: EnvSpec | None) -> Any:
     """A rollout worker actor (its process starts now; without `env_spec` it waits for `use_env`)."""
     return RolloutWorkerActor.remote(
@@ -156,10 +186,16 @@ class Scheduler:
     def _new_actor(self, worker_id: str) -> Any:
         return new_actor(self.cfg, worker_id, self.env_spec)
 
-    def run(self, tasks: list[PlannedTask]) -> None:
-        """Run every task to a result (or until interrupted: KeyboardInterrupt propagates)."""
-        queue: deque[tuple[PlannedTask, int]] = deque((t, 1) for t in tasks)
-        n_workers = max(1, min(self.cfg.workers, len(tasks))) if tasks else 0
+    def run(self, tasks: Iterable[PlannedTask], count: int | None = None) -> None:
+        """Run every task to a result (or until interrupted: KeyboardInterrupt propagates).
+
+        `tasks` is drawn from as slots free up, so it may be a generator over a million questions; `count` is
+        how many it holds when it has no `len`."""
+        n_tasks = len(tasks) if isinstance(tasks, Sized) else count
+        if n_tasks is None:
+            raise TypeError("Scheduler.run needs count= when tasks is an iterator")
+        queue = _Queue(tasks)
+        n_workers = max(1, min(self.cfg.workers, n_tasks)) if n_tasks else 0
         for actor in self._prestarted:
             actor.use_env.remote(self.env_spec)  # before any task: Ray runs one caller's calls in order
         self._slots = [
@@ -179,10 +215,10 @@ class Scheduler:
         finally:
             self._shutdown()
 
-    def _fill(self, queue: deque[tuple[PlannedTask, int]]) -> None:
+    def _fill(self, queue: _Queue) -> None:
         for slot in self._slots:
-            while queue and slot.running < self.cfg.concurrency_per_worker:
-                task, attempt = queue.popleft()
+            while slot.running < self.cfg.concurrency_per_worker and queue:
+                task, attempt = queue.pop()
                 ref = slot.actor.run_task.remote(task.question, attempt, task.repeat, task.seed)
                 self._pending[ref] = (slot, slot.actor, task, attempt)
                 slot.running += 1
@@ -196,7 +232,7 @@ class Scheduler:
         more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
         return first + more
 
-    def _collect(self, ref: ray.ObjectRef, queue: deque[tuple[PlannedTask, int]]) -> None:
+    def _collect(self, ref: ray.ObjectRef, queue: _Queue) -> None:
         slot, actor, task, attempt = self._pending.pop(ref)
         try:
             result: TaskResult = ray.get(ref)
@@ -205,7 +241,7 @@ class Scheduler:
             if attempt < MAX_ATTEMPTS:
                 logger.warning("task %s lost with its worker; starting it again (attempt %d)", task.question.id,
                                attempt + 1)
-                queue.appendleft((task, attempt + 1))
+                queue.retry(task, attempt + 1)
                 return
             result = task.failed(f"worker died under this task {attempt} times: {type(e).__name__}", attempt)
         except ray.exceptions.RayError as e:  # run_task catches task failures; this is Ray's own
