@@ -28,7 +28,7 @@ try:
     from tokenizers import Tokenizer
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise RetrievalError(
-        f"retriever.dense.backend=onnx needs onnxruntime and tokenizers ({e}); pip install 'onnxruntime>=1.20' "
+        f"retriever.dense.backend=onnx needs onnxruntime and tokenizers ({e}); pip install 'onnxruntime>=1.17' "
         "tokenizers, or set retriever.dense.backend=torch"
     ) from e
 
