@@ -169,7 +169,8 @@ def _export(model_id: str, source: Path, backend: str, out: Path) -> ExportedPip
     pipeline = ExportedPipeline(
         model_id=model_id, backend=backend, dimension=int(model.get_embedding_dimension()),
         max_seq_length=int(transformer.max_seq_length), lowercase=bool(getattr(transformer, "do_lower_case", False)),
-        pooling=pooling, pad_id=int(transformer.tokenizer.pad_token_id or 0), input_names=input_names, min_cosine_vs_torch=0.0, export_seconds=0.0,
+        pooling=pooling, pad_id=int(transformer.tokenizer.pad_token_id or 0), input_names=input_names,
+        min_cosine_vs_torch=0.0, export_seconds=0.0,
     )
     if backend == "onnx-int8":
         _quantize(fp32_path)

@@ -58,7 +58,13 @@ class OnnxEncoder:
         if batch_size < 1:
             raise RetrievalError(f"batch_size must be at least 1, got {batch_size}")
         folder = Path(folder)
-        self.pipeline = ExportedPipeline.read(folder) if pipeline is None else pipeline
+        try:
+            self.pipeline = ExportedPipeline.read(folder) if pipeline is None else pipeline
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise RetrievalError(
+                f"cannot read the exported encoder at {folder} ({type(e).__name__}: {e}); delete that folder "
+                "and the model is exported again on the next load"
+            ) from e
         unknown = [n for n in self.pipeline.input_names if n not in _FEEDS]
         if unknown:
             raise RetrievalError(
@@ -71,17 +77,20 @@ class OnnxEncoder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.batch_size = 1 if self.backend == "onnx-int8" else batch_size
-        self._tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        try:
+            self._tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+            self._session = ort.InferenceSession(str(folder / MODEL_FILE), _session_options(),
+                                                 providers=["CPUExecutionProvider"])
+        # tokenizers and onnxruntime raise their own exception types for a missing, truncated or invalid file.
+        except Exception as e:
+            raise RetrievalError(
+                f"cannot load the exported encoder at {folder} ({type(e).__name__}: {e}); delete that folder "
+                "and the model is exported again on the next load"
+            ) from e
         # Padding is done per batch below (after sorting by length), so the file's own padding is switched off.
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=self.pipeline.max_seq_length)
         self._pad_id = self.pipeline.pad_id
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle intra-op threads would otherwise spin for a while after each call, taking CPU from the
-        # gateway's event loop and the rollout workers on the same few cores.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])
         logger.debug("loaded %s encoder %s (%d-d) from %s", self.backend, self.model_id, self.dimension, folder)
 
     @classmethod
@@ -133,6 +142,15 @@ class OnnxEncoder:
         feeds = {name: arrays[_FEEDS[name]] for name in self.pipeline.input_names}
         (hidden,) = self._session.run(None, feeds)
         return _normalise(_pool(hidden, arrays["attention_mask"], self.pipeline.pooling))
+
+
+def _session_options() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle intra-op threads would otherwise spin for a while after each call, taking CPU from the
+    # gateway's event loop and the rollout workers on the same few cores.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
 
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:

@@ -165,3 +165,19 @@ def test_an_onnx_index_is_cached_apart_from_the_torch_one(export_cache: Path, tm
     onnx = OnnxEncoder(next(export_cache.glob("encoder-onnx-[0-9a-f]*")))
     load_or_build_indexes(facts, cache, which=["dense"], encoder=onnx)
     assert len(list(cache.glob("dense-flat-*"))) == 2
+
+
+def test_a_damaged_export_is_an_error_saying_how_to_rebuild_it(export_cache: Path, tmp_path: Path):
+    export = next(export_cache.glob("encoder-onnx-[0-9a-f]*"))
+    damaged = tmp_path / export.name
+    damaged.mkdir()
+    (damaged / PIPELINE_FILE).write_text((export / PIPELINE_FILE).read_text(encoding="utf-8"), encoding="utf-8")
+    (damaged / "model.onnx").write_bytes((export / "model.onnx").read_bytes()[:1000])
+    with pytest.raises(RetrievalError, match=r"delete that folder .* exported again"):  # no tokenizer.json
+        OnnxEncoder(damaged)
+    (damaged / "tokenizer.json").write_bytes((export / "tokenizer.json").read_bytes())
+    with pytest.raises(RetrievalError, match=r"delete that folder .* exported again"):  # truncated graph
+        OnnxEncoder(damaged)
+    (damaged / PIPELINE_FILE).write_text("{not json", encoding="utf-8")
+    with pytest.raises(RetrievalError, match=r"cannot read the exported encoder .* exported again"):
+        OnnxEncoder(damaged)
