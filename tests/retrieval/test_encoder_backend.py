@@ -181,3 +181,14 @@ def test_a_damaged_export_is_an_error_saying_how_to_rebuild_it(export_cache: Pat
     (damaged / PIPELINE_FILE).write_text("{not json", encoding="utf-8")
     with pytest.raises(RetrievalError, match=r"cannot read the exported encoder .* exported again"):
         OnnxEncoder(damaged)
+
+
+def test_the_backend_is_part_of_the_run_identity_and_names_the_folder():
+    from rollout.run.config import compose_run_config
+    from rollout.run.identity import identity_settings
+
+    default, torch = compose_run_config("mode=hybrid"), compose_run_config("mode=hybrid", "retriever.dense.backend=torch")
+    old, new = identity_settings(default), identity_settings(torch)
+    assert old["retriever.dense.backend"] == "onnx"
+    assert [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)] == ["retriever.dense.backend"]
+    assert torch.output_dir == Path("results/demo/hybrid,retriever.dense.backend=torch")
