@@ -17,7 +17,7 @@ from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
 from rollout.retrieval.dense import DenseRetriever
-from rollout.retrieval.encoder import Encoder, TextEncoder
+from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.retrieval.hybrid import HybridRetriever
 from rollout.retrieval.params import DenseParams, RetrievalParams
 from rollout.retrieval.sparse import BM25Retriever
@@ -53,13 +53,19 @@ def dense_cache_params(params: DenseParams, encoder: TextEncoder) -> dict[str, A
     """What shapes the stored dense index: model, passage prefix, index type and HNSW build settings.
 
     Query prefix and ef_search are left out on purpose: both apply at search time, and
-    changing them must not re-encode the corpus or rebuild the graph.
+    changing them must not re-encode the corpus or rebuild the graph. The encoder backend is in
+    the key when it is not torch (vectors from another backend are other vectors); torch indexes
+    keep the key they had before backends existed, so existing caches stay valid.
     """
     key: dict[str, Any] = {
         "model_id": encoder.model_id,
         "passage_prefix": encoder.passage_prefix,
         "index": params.index,
     }
+    # Encoders that declare no backend (test doubles, user encoders) compute vectors like torch does.
+    backend = getattr(encoder, "backend", "torch")
+    if backend != "torch":
+        key["encoder_backend"] = backend
     if params.index == "hnsw":
         key["hnsw_m"] = params.hnsw_m
         key["ef_construction"] = params.ef_construction
@@ -71,7 +77,7 @@ def load_or_build_indexes(
     cache_dir: Path,
     *,
     which: Iterable[str],
-    params: RetrievalParams = RetrievalParams(),
+    params: RetrievalParams | None = None,
     encoder: TextEncoder | None = None,
     corpus_path: str | Path | None = None,
 ) -> dict[str, Retriever]:
@@ -84,6 +90,7 @@ def load_or_build_indexes(
     file (not cached). With no `encoder`, one is loaded from `params.dense` only when needed.
     `corpus_path` only names the corpus file in error messages.
     """
+    params = RetrievalParams() if params is None else params
     kinds = _check_which(which)
     if len(passages) == 0:
         raise RetrievalError("the corpus is empty; load passages before building indexes")
@@ -92,7 +99,7 @@ def load_or_build_indexes(
     corpus_hash = corpus_fingerprint(passages)
     retrievers: dict[str, Retriever] = {}
     if "dense" in kinds:
-        enc = _make_encoder(params.dense) if encoder is None else encoder
+        enc = _make_encoder(params.dense, cache_dir) if encoder is None else encoder
         retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path)
     if "sparse" in kinds:
         sparse_params = BM25Retriever.cache_params(params.sparse)
@@ -114,8 +121,9 @@ def load_or_build_indexes(
     return retrievers
 
 
-def _make_encoder(params: DenseParams) -> TextEncoder:
-    return Encoder.from_params(params)
+def _make_encoder(params: DenseParams, cache_dir: Path) -> TextEncoder:
+    """The encoder `params` names; an ONNX backend's export is cached beside the indexes in `cache_dir`."""
+    return load_encoder(params, cache_dir=cache_dir)
 
 
 def _dense(

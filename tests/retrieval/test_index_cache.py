@@ -152,7 +152,7 @@ def test_the_encoder_comes_from_params_when_not_given(
 ) -> None:
     asked: list[DenseParams] = []
 
-    def make_encoder(params: DenseParams) -> CountingEncoder:
+    def make_encoder(params: DenseParams, cache_dir: Path) -> CountingEncoder:
         asked.append(params)
         return CountingEncoder(encoder, passage_prefix=params.passage_prefix)
 
@@ -165,7 +165,7 @@ def test_the_encoder_comes_from_params_when_not_given(
 def test_sparse_only_never_loads_an_encoder(
     tmp_path: Path, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_encoder(params: DenseParams) -> None:
+    def no_encoder(params: DenseParams, cache_dir: Path) -> None:
         raise AssertionError("the encoder must not be loaded for a sparse-only request")
 
     monkeypatch.setattr(cache_module, "_make_encoder", no_encoder)
@@ -221,7 +221,7 @@ def _truncate(path: Path) -> None:
 
 
 def _rebuilt_after(damage, tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture, *,
-                   kind: str, params: RetrievalParams = RetrievalParams(), encoder=None) -> str:
+                   kind: str, params: RetrievalParams | None = None, encoder=None) -> str:
     """Build, damage the cache entry, load again: the index is rebuilt and searches as before. The warning."""
     first = load_or_build_indexes(facts, tmp_path, which=[kind], params=params, encoder=encoder)[kind]
     damaged = damage(_entry(tmp_path, kind))
