@@ -14,6 +14,7 @@ import ray
 from hydra.utils import instantiate
 
 from envs import HttpMCPRagEnv, TaskSession
+from envs.mcp_transport import is_transport_failure
 from rollout.agents.base import Agent, AgentResult
 from rollout.errors import GatewayError
 from rollout.events import AnyEvent, CompletionEvent, ErrorEvent, EventLog, LLMOutputEvent
@@ -98,11 +99,29 @@ class RolloutWorker:
         await asyncio.wait_for(self._spec_given.wait(), ENV_SPEC_WAIT_S)
         async with self._env_lock:
             if self._env is None:
-                assert self.env_spec is not None
-                env = self.env_spec.build(self.worker_id)
-                await env.start()
-                self._env = env
+                self._env = await self._open_env()
             return self._env
+
+    async def _open_env(self) -> HttpMCPRagEnv:
+        """The actor's environment, opened. A gateway that cannot be reached is waited for as an open session
+        waits for one that went away (`reconnect_timeout_s`): an actor whose first task comes while the run
+        restarts a dead gateway must not fail that task. A refusal (a token, a changed tool list) fails at once."""
+        spec = self.env_spec
+        assert spec is not None
+        deadline = time.monotonic() + spec.reconnect_timeout_s
+        delay = 0.25
+        while True:
+            env = spec.build(self.worker_id)
+            try:
+                await env.start()
+                return env
+            except GatewayError as e:
+                if e.__cause__ is None or not is_transport_failure(e.__cause__) or time.monotonic() > deadline:
+                    raise
+                logger.warning("%s: gateway unreachable (%s); trying again in %.1f s", self.worker_id, e.__cause__,
+                               delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     def _listen(self, task_id: str, event: AnyEvent) -> None:
         assert self._live is not None

@@ -49,7 +49,7 @@ async def test_a_gateway_that_cannot_be_reached_makes_an_infra_error_not_an_erro
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
     agent = {"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 0.0}
-    worker = RolloutWorker("w0", EnvSpec(url, str(GATEWAY)), agent)
+    worker = RolloutWorker("w0", EnvSpec(url, str(GATEWAY), reconnect_timeout_s=0.5), agent)
     try:
         result = await worker.run_task(QUESTION)
     finally:
@@ -58,3 +58,31 @@ async def test_a_gateway_that_cannot_be_reached_makes_an_infra_error_not_an_erro
     last = result.events[-1]
     assert isinstance(last, ErrorEvent) and (result.status, last.kind) == ("infra_error", "infra_error")
     assert result.error is not None and "could not open an MCP session" in result.error
+
+
+async def test_a_worker_whose_gateway_is_restarting_waits_for_it(tmp_path) -> None:
+    """An actor's first task may come while the run restarts a dead gateway: it waits, as calls do."""
+    import asyncio
+    import socket
+
+    from rollout.gateway.server import build_gateway, make_uvicorn
+    from rollout.gateway_file import load_gateway_file
+    from tests.gateway.loopback import serving
+
+    sock = socket.socket()  # bound, not yet listening: connections are refused until the gateway is back
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    kb = KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
+    agent = {"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 0.0}
+    worker = RolloutWorker("w0", EnvSpec(url, str(GATEWAY), reconnect_timeout_s=30), agent)
+    task = asyncio.create_task(worker.run_task(QUESTION))
+    await asyncio.sleep(1.0)
+    assert not task.done()
+    sock.listen(16)
+    with serving(make_uvicorn(build_gateway(load_gateway_file(GATEWAY), kb)), sock):
+        try:
+            result = await asyncio.wait_for(task, 30)
+        finally:
+            await worker.close()
+    assert result.status == "ok", result.error
+    assert result.tool_calls and all(c.ok for c in result.tool_calls)
