@@ -115,6 +115,10 @@ def build_ivf(vectors: np.ndarray, params: DenseParams) -> faiss.IndexIVF:
     codes = f"PQ{layout.pq_m}x{layout.pq_nbits}" if layout.pq_m > 0 else "Flat"
     index = faiss.index_factory(dimension, f"IVF{layout.nlist},{codes}", faiss.METRIC_INNER_PRODUCT)
     index.cp.spherical = True  # centroids of unit vectors ranked by inner product: keep them unit length
+    if layout.pq_m > 0:
+        # index_factory turns on polysemous training, an annealing pass that served only Hamming
+        # pre-filtering (unused here) and took 98% of the build: 223 s of 228 on 20,000 vectors.
+        index.do_polysemous_training = False
     if layout.train_size < n:
         rows = np.sort(np.random.default_rng(TRAIN_SEED).choice(n, size=layout.train_size, replace=False))
         sample = vectors[rows]
