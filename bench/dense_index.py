@@ -43,6 +43,8 @@ SUBSPACE = 32
 SUBSPACE_NOISE = 0.75
 ISOTROPIC_NOISE = 0.25
 GENERATE_CHUNK = 100_000
+GENERATOR_VERSION = 2
+"""In the cached file's name; version 1 scaled the subspace noise to norm ~15 instead of 0.75."""
 BATCH = 16
 NPROBE_SWEEP = (8, 32, 128)
 KINDS = ("flat", "hnsw", "ivf", "ivf-pq")
@@ -61,7 +63,7 @@ class LoadFigures:
 
 
 def _centres(n_clusters: int, dimension: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unit centres (c, d) and per-cluster orthonormal-ish subspace bases (c, SUBSPACE, d)."""
+    """Unit centres (c, d) and per-cluster subspace bases (c, SUBSPACE, d) of near-unit, near-orthogonal rows."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((n_clusters, dimension)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
@@ -85,7 +87,7 @@ def _draw(n: int, centres: np.ndarray, bases: np.ndarray, seed: int) -> np.ndarr
         for c in range(n_clusters):
             rows = order[bounds[c] : bounds[c + 1]]
             if len(rows):
-                chunk[rows] += sub[rows] @ (bases[c] * np.sqrt(dimension))
+                chunk[rows] += sub[rows] @ bases[c]  # basis rows have norm ~1: noise norm ~SUBSPACE_NOISE
         chunk /= np.linalg.norm(chunk, axis=1, keepdims=True)
         out[start:stop] = chunk
     return out
@@ -95,7 +97,7 @@ def vectors_and_queries(cache_dir: Path, n: int, n_queries: int, seed: int) -> t
     """The cached passage vectors' .npy path (generated on first use) and the query vectors."""
     n_clusters = max(1, n // VECTORS_PER_CLUSTER)
     centres, bases = _centres(n_clusters, DIMENSION, seed)
-    path = cache_dir / f"vectors-{n}x{DIMENSION}-seed{seed}.npy"
+    path = cache_dir / f"vectors-v{GENERATOR_VERSION}-{n}x{DIMENSION}-seed{seed}.npy"
     if not path.is_file():
         logger.info("generating %d clustered vectors (%d clusters) ...", n, n_clusters)
         tmp = path.with_suffix(".tmp.npy")

@@ -25,4 +25,4 @@ def test_dense_index_bench_runs_at_a_toy_size(tmp_path: Path) -> None:
     for label in ("flat ", "hnsw (first 1,000 vectors)", "ivf ", "ivf-pq "):
         assert f"\n{label}" in table, label
     assert sum("  recall@10 vs flat" in line for line in table.splitlines()) == 4  # one per kind
-    assert (tmp_path / "vectors-2000x384-seed0.npy").is_file()
+    assert (tmp_path / "vectors-v2-2000x384-seed0.npy").is_file()
