@@ -50,12 +50,12 @@ def cache_key(kind: str, corpus_hash: str, params: dict[str, Any]) -> str:
 
 
 def dense_cache_params(params: DenseParams, encoder: TextEncoder) -> dict[str, Any]:
-    """What shapes the stored dense index: model, passage prefix, index type and HNSW build settings.
+    """What shapes the stored dense index: model, passage prefix, index type, HNSW and IVF build settings.
 
-    Query prefix and ef_search are left out on purpose: both apply at search time, and
-    changing them must not re-encode the corpus or rebuild the graph. The encoder backend is in
-    the key when it is not torch (vectors from another backend are other vectors); torch indexes
-    keep the key they had before backends existed, so existing caches stay valid.
+    Query prefix, ef_search and ivf_nprobe are left out on purpose: they apply at search time,
+    and changing them must not re-encode the corpus, rebuild the graph or retrain the lists. The encoder
+    backend is in the key when it is not torch (vectors from another backend are other vectors); torch
+    indexes keep the key they had before backends existed, so existing caches stay valid.
     """
     key: dict[str, Any] = {
         "model_id": encoder.model_id,
@@ -69,6 +69,9 @@ def dense_cache_params(params: DenseParams, encoder: TextEncoder) -> dict[str, A
     if params.index == "hnsw":
         key["hnsw_m"] = params.hnsw_m
         key["ef_construction"] = params.ef_construction
+    if params.index == "ivf":
+        key["ivf_nlist"] = params.ivf_nlist
+        key["ivf_pq_m"] = params.ivf_pq_m
     return key
 
 

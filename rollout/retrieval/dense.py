@@ -1,7 +1,8 @@
-"""Dense index: unit-length encoder vectors in faiss, exact (`IndexFlatIP`) or graph (`IndexHNSWFlat`).
+"""Dense index: unit-length encoder vectors in faiss, exact (`IndexFlatIP`), graph (`IndexHNSWFlat`)
+or inverted lists (`IndexIVFFlat`, `IndexIVFPQ`; layout in `rollout.retrieval.dense_ivf`).
 
-Inner product of L2-normalised vectors is cosine similarity, so both index types rank by
-cosine; HNSW trades a little recall for speed through `ef_search`.
+Inner product of L2-normalised vectors is cosine similarity, so every index type ranks by
+cosine; HNSW trades a little recall for speed through `ef_search`, IVF through `nprobe`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import PAD_INDEX, PAD_SCORE, Hits, check_k, empty_hits, read_index_meta
 from rollout.retrieval.batching import BatchSettings, QueryBatcher
+from rollout.retrieval.dense_ivf import build_ivf, check_ivf_params, describe_ivf, find_ivf
 from rollout.retrieval.encoder import TextEncoder
-from rollout.retrieval.params import DenseParams
+from rollout.retrieval.params import DenseParams, check_dense_index
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +41,12 @@ _INDEX = "index.faiss"
 _PROGRESS_MIN_PASSAGES = 1000
 """Show the encoder's progress bar from this many passages on."""
 _UNIT_NORM_TOLERANCE = 1e-3
+_DEFAULT_PARAMS = DenseParams()
 
-# Tried in order. IO_FLAG_MMAP_IFC maps flat vector storage (Flat, HNSW's storage) in place;
-# IO_FLAG_MMAP alone maps only IVF lists. Files neither can map are read into memory.
+# Tried in order. IO_FLAG_MMAP_IFC maps flat vector storage (Flat, HNSW's storage) and IVF lists
+# in place; IO_FLAG_MMAP alone maps only IVF lists. Files neither can map are read into memory.
+# Measured with faiss 1.15 (bench/dense_index.py): loading a 1.5 GB IVF file (1M vectors) grows
+# RSS by 2 MiB; list and centroid pages count only once a search touches them.
 _READ_FLAGS: tuple[int, ...] = tuple(
     getattr(faiss, flag) | faiss.IO_FLAG_READ_ONLY
     for flag in ("IO_FLAG_MMAP_IFC", "IO_FLAG_MMAP")
@@ -61,7 +66,7 @@ class DenseRetriever:
 
     def __init__(
         self, index: faiss.Index, encoder: TextEncoder | None, *, ef_search: int | None = None,
-        batching: BatchSettings | None = None,
+        nprobe: int | None = None, batching: BatchSettings | None = None,
     ) -> None:
         if encoder is not None and index.d != encoder.dimension:
             raise RetrievalError(
@@ -76,15 +81,18 @@ class DenseRetriever:
         self._index = index
         self.encoder = encoder
         self._hnsw = _find_hnsw(index)
+        self._ivf = find_ivf(index)
         if ef_search is not None:
             self.ef_search = ef_search
+        if nprobe is not None:
+            self.nprobe = nprobe
         self._batcher: QueryBatcher | None = None
         if encoder is not None and batching is not None and batching.enabled:
             self._batcher = QueryBatcher(encoder.encode_queries, self.search_vectors, batching)
 
     @classmethod
     def build(
-        cls, passages: Sequence[Passage], *, encoder: TextEncoder, params: DenseParams = DenseParams()
+        cls, passages: Sequence[Passage], *, encoder: TextEncoder, params: DenseParams = _DEFAULT_PARAMS
     ) -> DenseRetriever:
         """Encode every passage's contents (title and text) and index the vectors."""
         if len(passages) == 0:
@@ -108,7 +116,7 @@ class DenseRetriever:
 
     @classmethod
     def from_vectors(
-        cls, vectors: np.ndarray, *, encoder: TextEncoder | None, params: DenseParams = DenseParams()
+        cls, vectors: np.ndarray, *, encoder: TextEncoder | None, params: DenseParams = _DEFAULT_PARAMS
     ) -> DenseRetriever:
         """Index precomputed passage vectors (row i = passage i); each row must have unit length."""
         _check_params(params)
@@ -123,13 +131,16 @@ class DenseRetriever:
                 "unit vectors: normalise the rows (faiss.normalize_L2) or encode with normalize_embeddings=True"
             )
         dimension = int(vectors.shape[1])
-        if params.index == "hnsw":
+        if params.index == "ivf":
+            index = build_ivf(vectors, params)
+        elif params.index == "hnsw":
             index = faiss.IndexHNSWFlat(dimension, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = params.ef_construction
+            index.add(vectors)
         else:
             index = faiss.IndexFlatIP(dimension)
-        index.add(vectors)
-        return cls(index, encoder, ef_search=params.ef_search, batching=_batching(params))
+            index.add(vectors)
+        return cls(index, encoder, **_search_settings(params))
 
     @classmethod
     def from_existing_index(
@@ -138,7 +149,7 @@ class DenseRetriever:
         passages: Sequence[Passage],
         *,
         encoder: TextEncoder,
-        params: DenseParams = DenseParams(),
+        params: DenseParams = _DEFAULT_PARAMS,
         corpus_path: str | Path | None = None,
     ) -> DenseRetriever:
         """Serve a faiss index file built elsewhere (FlashRAG / Search-R1 layout: row i = passage i).
@@ -167,7 +178,7 @@ class DenseRetriever:
                 f"{encoder.dimension}-d ones (for {corpus}); set retriever.dense.encoder (and its query_prefix) "
                 "to the model that built the index, e.g. intfloat/e5-base-v2 with 'query: '"
             )
-        retriever = cls(index, encoder, ef_search=params.ef_search, batching=_batching(params))
+        retriever = cls(index, encoder, **_search_settings(params))
         logger.debug("serving existing %s index %s", type(faiss.downcast_index(index)).__name__, index_path)
         return retriever
 
@@ -181,8 +192,10 @@ class DenseRetriever:
 
     @property
     def index_type(self) -> str:
-        """"hnsw" when the index searches an HNSW graph, else "flat" (or another exact/IVF type)."""
-        return "hnsw" if self._hnsw is not None else "flat"
+        """"hnsw" for an HNSW graph, "ivf" for inverted lists (flat or PQ codes), else "flat"."""
+        if self._hnsw is not None:
+            return "hnsw"
+        return "ivf" if self._ivf is not None else "flat"
 
     @property
     def ef_search(self) -> int | None:
@@ -195,6 +208,18 @@ class DenseRetriever:
             raise RetrievalError(f"ef_search must be a positive integer, got {value!r}; the default is 128")
         if self._hnsw is not None:
             self._hnsw.hnsw.efSearch = int(value)
+
+    @property
+    def nprobe(self) -> int | None:
+        """IVF lists scanned per query (higher = better recall, slower; capped at nlist); None for other types."""
+        return None if self._ivf is None else int(self._ivf.nprobe)
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise RetrievalError(f"ivf_nprobe must be a positive integer, got {value!r}; the default is 32")
+        if self._ivf is not None:
+            self._ivf.nprobe = int(value)
 
     @property
     def batching(self) -> BatchSettings | None:
@@ -266,13 +291,15 @@ class DenseRetriever:
         if self._hnsw is not None:
             meta["hnsw_m"] = int(self._hnsw.hnsw.nb_neighbors(1))
             meta["ef_construction"] = int(self._hnsw.hnsw.efConstruction)
+        if self._ivf is not None:
+            meta.update(describe_ivf(self._ivf))
         (path / _META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
     @classmethod
     def load(
-        cls, path: Path, *, encoder: TextEncoder | None, params: DenseParams = DenseParams()
+        cls, path: Path, *, encoder: TextEncoder | None, params: DenseParams = _DEFAULT_PARAMS
     ) -> DenseRetriever:
-        """Read a directory written by `save` (memory-mapped); `params.ef_search` applies to HNSW."""
+        """Read a directory written by `save` (memory-mapped); `params.ef_search` applies to HNSW, `ivf_nprobe` to IVF."""
         path = Path(path)
         meta = read_index_meta(path, _META, fmt=_FORMAT, version=_FORMAT_VERSION, what="dense index",
                                builder="DenseRetriever.build")
@@ -291,7 +318,12 @@ class DenseRetriever:
                 f"dense index at {path} holds {index.ntotal} {index.d}-d vectors, its {_META} says "
                 f"{meta.get('num_passages')} {meta.get('dimension')}-d ones; delete it and rebuild"
             )
-        return cls(index, encoder, ef_search=params.ef_search, batching=_batching(params))
+        return cls(index, encoder, **_search_settings(params))
+
+
+def _search_settings(params: DenseParams) -> dict[str, Any]:
+    """The constructor's search-time settings: what a loaded or built index searches with."""
+    return {"ef_search": params.ef_search, "nprobe": params.ivf_nprobe, "batching": _batching(params)}
 
 
 def _batching(params: DenseParams) -> BatchSettings:
@@ -299,8 +331,8 @@ def _batching(params: DenseParams) -> BatchSettings:
 
 
 def _check_params(params: DenseParams) -> None:
-    if params.index not in ("flat", "hnsw"):
-        raise RetrievalError(f"retriever.dense.index={params.index!r}: use flat or hnsw")
+    check_dense_index(params.index)
+    check_ivf_params(params)
     for field in ("hnsw_m", "ef_construction", "ef_search"):
         value = getattr(params, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -19,6 +19,17 @@ def check_encoder_backend(backend: object) -> None:
         )
 
 
+DENSE_INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")
+"""Values of `retriever.dense.index`."""
+
+
+def check_dense_index(index: object) -> None:
+    """One error naming the choices for an unknown `retriever.dense.index`."""
+    if index not in DENSE_INDEX_KINDS:
+        choices = ", ".join(DENSE_INDEX_KINDS[:-1]) + " or " + DENSE_INDEX_KINDS[-1]
+        raise RetrievalError(f"retriever.dense.index={index!r}: use {choices}")
+
+
 @dataclass(frozen=True, slots=True)
 class SparseParams:
     """BM25 settings; both backends give the same scores for the same settings."""
@@ -47,11 +58,17 @@ class DenseParams:
     weights). `onnx` is the default: the fastest whose recall@10 against torch stays at least 0.99
     (bench/encoder_backends.py). Backends give slightly different vectors, so this is part of the run's
     identity and of the dense index's cache key."""
-    index: Literal["flat", "hnsw"] = "flat"
-    """`flat` (exact inner product) or `hnsw` (approximate graph search)."""
+    index: Literal["flat", "hnsw", "ivf"] = "flat"
+    """`flat` (exact inner product), `hnsw` (approximate graph search) or `ivf` (inverted lists, optionally PQ)."""
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
+    ivf_nlist: int | None = None
+    """Inverted lists of `ivf`; None = about 4 x sqrt(passages), at most one list per 39 passages."""
+    ivf_nprobe: int = 32
+    """Lists `ivf` scans per query (higher = better recall, slower); set at search time, like ef_search."""
+    ivf_pq_m: int = 0
+    """0 = IVFFlat (full vectors); m > 0 = IVFPQ, each vector stored as m codes of 8 bits (m divides the width)."""
     index_path: str | None = None
     """An existing faiss index whose row i is line i of the corpus (FlashRAG / Search-R1 layout)."""
     batch_size: int = 64
@@ -98,8 +115,7 @@ class RetrievalParams:
         if params.sparse.backend not in ("bm25s", "rank_bm25"):
             raise RetrievalError(f"retriever.sparse.backend={params.sparse.backend!r}: use bm25s or rank_bm25")
         check_encoder_backend(params.dense.backend)
-        if params.dense.index not in ("flat", "hnsw"):
-            raise RetrievalError(f"retriever.dense.index={params.dense.index!r}: use flat or hnsw")
+        check_dense_index(params.dense.index)
         return params
 
     def to_dict(self) -> dict[str, Any]:

@@ -229,7 +229,7 @@ def test_vectors_that_are_not_unit_length_are_refused() -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        (DenseParams(index="ivf"), "use flat or hnsw"),  # type: ignore[arg-type]
+        (DenseParams(index="annoy"), "use flat, hnsw or ivf"),  # type: ignore[arg-type]
         (DenseParams(index="hnsw", hnsw_m=0), "hnsw_m=0"),
     ],
 )
