@@ -63,10 +63,13 @@ def load_encoder(params: DenseParams, *, cache_dir: Path | None = None) -> TextE
         return Encoder.from_params(params)
     # Imported here: onnxruntime is needed only by these backends.
     from rollout.paths import default_cache_dir
+    from rollout.retrieval.encoder_export import ensure_exported
     from rollout.retrieval.encoder_onnx import OnnxEncoder
 
     model_id = bundled_model_path() if params.encoder is None else str(params.encoder)
-    return OnnxEncoder.from_params(params, model_id=model_id, cache_dir=cache_dir or default_cache_dir())
+    folder = ensure_exported(model_id, params.backend, cache_dir or default_cache_dir())
+    return OnnxEncoder(folder, query_prefix=params.query_prefix, passage_prefix=params.passage_prefix,
+                       batch_size=params.batch_size)
 
 
 class Encoder:

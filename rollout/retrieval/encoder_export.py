@@ -22,61 +22,31 @@ import shutil
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rollout.errors import RetrievalError
+from rollout.retrieval.encoder_onnx import (
+    EXPORT_VERSION,
+    MODEL_FILE,
+    PIPELINE_FILE,
+    TOKENIZER_FILE,
+    ExportedPipeline,
+    OnnxEncoder,
+)
 
 logger = logging.getLogger(__name__)
 
 ONNX_BACKENDS: tuple[str, ...] = ("onnx", "onnx-int8")
 """Backends served by an exported ONNX graph; `onnx-int8` has int8 weights (dynamic quantization)."""
 
-EXPORT_VERSION = 1
-"""Bumped when the export procedure changes, so older exports are rebuilt rather than reused."""
-
-MODEL_FILE = "model.onnx"
-TOKENIZER_FILE = "tokenizer.json"
-PIPELINE_FILE = "pipeline.json"
 _POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens")
 _MIN_FP32_COSINE = 0.9999
 """The float32 graph computes what torch computes; anything further off is a broken export."""
 _MIN_INT8_COSINE = 0.95
 """int8 weights move vectors a little (about 0.99 cosine here); below this the quantized graph is broken."""
 _OPSET = 17
-
-
-@dataclass(frozen=True, slots=True)
-class ExportedPipeline:
-    """What `pipeline.json` holds: everything the query-time encoder needs besides the graph and tokenizer."""
-
-    model_id: str
-    """The model name or path the export was made from."""
-    backend: str
-    """`onnx` or `onnx-int8`."""
-    dimension: int
-    """Width of the pooled vectors."""
-    max_seq_length: int
-    """Tokens kept per text (sentence-transformers' `max_seq_length`); longer texts are truncated."""
-    lowercase: bool
-    """sentence-transformers' `do_lower_case`: lower-case texts before tokenizing."""
-    pooling: str
-    """One of mean, cls, max, mean_sqrt_len_tokens."""
-    pad_id: int
-    """Token id that pads shorter texts in a batch (the tokenizer's `pad_token_id`)."""
-    input_names: tuple[str, ...]
-    """Graph inputs in order, as the tokenizer names them (input_ids, attention_mask, token_type_ids...)."""
-    min_cosine_vs_torch: float
-    """Smallest cosine between this graph's and sentence-transformers' vectors on the probe texts."""
-    export_seconds: float
-    export_version: int = EXPORT_VERSION
-
-    @classmethod
-    def read(cls, folder: Path) -> ExportedPipeline:
-        raw = json.loads((folder / PIPELINE_FILE).read_text(encoding="utf-8"))
-        raw["input_names"] = tuple(raw["input_names"])
-        return cls(**raw)
 
 
 def ensure_exported(model_id: str, backend: str, cache_dir: Path) -> Path:
@@ -243,8 +213,6 @@ def _quantize(fp32_path: Path) -> None:
 
 def _check_against_torch(model: Any, folder: Path, pipeline: ExportedPipeline, probes: list[str]) -> float:
     """Smallest cosine between sentence-transformers' vectors and the exported graph's, alone and batched."""
-    from rollout.retrieval.encoder_onnx import OnnxEncoder
-
     reference = model.encode(probes, batch_size=8, convert_to_numpy=True, normalize_embeddings=True,
                              show_progress_bar=False)
     exported = OnnxEncoder(folder, pipeline=pipeline)

@@ -1,27 +1,23 @@
 """The query-time ONNX encoder: onnxruntime + the `tokenizers` fast tokenizer + pooling + normalisation.
 
 It imports neither torch nor sentence-transformers (a gateway with this backend starts in a fraction of
-the time). It reads a folder written by `rollout.retrieval.encoder_export` and computes what
+the time). It reads a folder written by `rollout.retrieval.encoder_export` (the format is defined here: the files and
+`ExportedPipeline`) and computes what
 sentence-transformers computes for that model: tokenize (lower-cased where the model says so, truncated
 to `max_seq_length`), run the transformer, pool over the real tokens, L2-normalise.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rollout.errors import RetrievalError
-from rollout.retrieval.encoder_export import (
-    MODEL_FILE,
-    TOKENIZER_FILE,
-    ExportedPipeline,
-    ensure_exported,
-)
-from rollout.retrieval.params import DenseParams
 
 try:
     import onnxruntime as ort
@@ -33,6 +29,45 @@ except ImportError as e:  # pragma: no cover - depends on the installation
     ) from e
 
 logger = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1
+"""Bumped when the export procedure changes, so older exports are rebuilt rather than reused."""
+
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+PIPELINE_FILE = "pipeline.json"
+
+@dataclass(frozen=True, slots=True)
+class ExportedPipeline:
+    """What `pipeline.json` holds: everything the query-time encoder needs besides the graph and tokenizer."""
+
+    model_id: str
+    """The model name or path the export was made from."""
+    backend: str
+    """`onnx` or `onnx-int8`."""
+    dimension: int
+    """Width of the pooled vectors."""
+    max_seq_length: int
+    """Tokens kept per text (sentence-transformers' `max_seq_length`); longer texts are truncated."""
+    lowercase: bool
+    """sentence-transformers' `do_lower_case`: lower-case texts before tokenizing."""
+    pooling: str
+    """One of mean, cls, max, mean_sqrt_len_tokens."""
+    pad_id: int
+    """Token id that pads shorter texts in a batch (the tokenizer's `pad_token_id`)."""
+    input_names: tuple[str, ...]
+    """Graph inputs in order, as the tokenizer names them (input_ids, attention_mask, token_type_ids...)."""
+    min_cosine_vs_torch: float
+    """Smallest cosine between this graph's and sentence-transformers' vectors on the probe texts."""
+    export_seconds: float
+    export_version: int = EXPORT_VERSION
+
+    @classmethod
+    def read(cls, folder: Path) -> ExportedPipeline:
+        raw = json.loads((folder / PIPELINE_FILE).read_text(encoding="utf-8"))
+        raw["input_names"] = tuple(raw["input_names"])
+        return cls(**raw)
+
 
 _FEEDS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
 """Graph input name → the `tokenizers.Encoding` field that fills it."""
@@ -92,13 +127,6 @@ class OnnxEncoder:
         self._tokenizer.enable_truncation(max_length=self.pipeline.max_seq_length)
         self._pad_id = self.pipeline.pad_id
         logger.debug("loaded %s encoder %s (%d-d) from %s", self.backend, self.model_id, self.dimension, folder)
-
-    @classmethod
-    def from_params(cls, params: DenseParams, *, model_id: str, cache_dir: Path) -> OnnxEncoder:
-        """The export of `model_id` for `params.backend` (exported into `cache_dir` on first use)."""
-        folder = ensure_exported(model_id, params.backend, cache_dir)
-        return cls(folder, query_prefix=params.query_prefix, passage_prefix=params.passage_prefix,
-                   batch_size=params.batch_size)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Encode queries with `query_prefix`; float32 (n, dimension), unit rows."""

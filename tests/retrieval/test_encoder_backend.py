@@ -17,8 +17,8 @@ from rollout.records import Passage
 from rollout.retrieval import Encoder, RetrievalParams, load_or_build_indexes
 from rollout.retrieval.cache import dense_cache_params
 from rollout.retrieval.encoder import bundled_model_path, load_encoder
-from rollout.retrieval.encoder_export import PIPELINE_FILE, ensure_exported
-from rollout.retrieval.encoder_onnx import OnnxEncoder
+from rollout.retrieval.encoder_export import ensure_exported
+from rollout.retrieval.encoder_onnx import PIPELINE_FILE, OnnxEncoder
 from rollout.retrieval.params import ENCODER_BACKENDS, DenseParams
 
 from .conftest import FACTS
