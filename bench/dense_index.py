@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from retrieval_common import K, Row, Step, in_child, measure, rate, timed
+from retrieval_common import K, Row, Step, in_child, measure, print_table, rate, timed
 
 from rollout.paths import default_cache_dir
 from rollout.retrieval import DenseParams, DenseRetriever
@@ -199,15 +199,7 @@ def _loadavg() -> str:
 
 
 def _print_table(rows: list[Row], header: str) -> None:
-    columns = ("index", "measurement", "value", "memory")
-    cells = [columns] + [(r.area, r.measurement, r.value, r.memory) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    lines = [header, ""]
-    for i, row in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    print("\n".join(lines), flush=True)
+    print_table(header, ("index", "measurement", "value", "memory"), [(r.area, r.measurement, r.value, r.memory) for r in rows])
 
 
 def _exact_top(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 from retrieval_bm25 import bench_bm25, bench_bm25_paths, bench_first_query
-from retrieval_common import K, Row, Step, in_child, measure, median_in_children, rate, timed
+from retrieval_common import K, Row, Step, in_child, measure, median_in_children, print_table, rate, timed
 
 from rollout.data import ensure_demo_kb, load_corpus, load_questions
 from rollout.paths import default_cache_dir
@@ -274,15 +274,7 @@ def bench_startup(
 
 
 def _print_table(rows: list[Row], header: str) -> None:
-    columns = ("area", "measurement", "value", "peak RSS delta", "target")
-    cells = [columns] + [(r.area, r.measurement, r.value, r.memory, r.target) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    lines = [header, ""]
-    for i, row in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    print("\n".join(lines))
+    print_table(header, ("area", "measurement", "value", "peak RSS delta", "target"), [(r.area, r.measurement, r.value, r.memory, r.target) for r in rows])
 
 
 def main(argv: list[str] | None = None) -> None:

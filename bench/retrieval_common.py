@@ -93,3 +93,15 @@ def timed(fn: Callable[[], object], repeat: int = 1) -> float:
         fn()
         best = min(best, time.perf_counter() - started)
     return best
+
+
+def print_table(header: str, columns: tuple[str, ...], cells: list[tuple[str, ...]]) -> None:
+    """`header`, then the cells under `columns`: the first two columns left-aligned, the rest right-aligned."""
+    rows = [columns, *cells]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    lines = [header, ""]
+    for i, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    print("\n".join(lines), flush=True)
