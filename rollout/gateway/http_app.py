@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 
 from rollout.errors import ConfigError
 from rollout.gateway.auth import BearerTokenAuth
-from rollout.gateway.proxy import PROXY_ROUTE, ToolProxy
+from rollout.gateway.proxy import CATALOG_ROUTE, PROXY_ROUTE, PROXY_SERVER_ROUTE, ToolProxy
 from rollout.gateway.structured import structured_only
 from rollout.gateway.upstream import UpstreamTools
 
@@ -29,13 +29,16 @@ MCP_PATHS: dict[str, str] = {"streamable-http": "/mcp", "sse": "/sse"}
 
 
 class GatewayServer(MCPServer):
-    """An `MCPServer` with upstream tool sets and the flat-parameter HTTP proxy (`POST /proxy/tools/{name}/call`)."""
+    """An `MCPServer` with upstream tool sets and the flat-parameter HTTP proxy (`GET /proxy/tools` lists the
+    tools, `POST /proxy/[{server}/]tools/{name}/call` calls one)."""
 
     def __init__(self, *args: Any, upstreams: UpstreamTools | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.upstreams = upstreams if upstreams is not None else UpstreamTools()
         self.proxy = ToolProxy(self, loopback_security("127.0.0.1"))
         self.custom_route(PROXY_ROUTE, methods=["POST"], name="tool_proxy")(self.proxy.handle)
+        self.custom_route(PROXY_SERVER_ROUTE, methods=["POST"], name="tool_proxy_by_server")(self.proxy.handle)
+        self.custom_route(CATALOG_ROUTE, methods=["GET"], name="tool_catalog")(self.proxy.catalog)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None

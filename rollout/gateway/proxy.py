@@ -1,6 +1,15 @@
-"""Flat-parameter HTTP proxy: call a gateway tool without speaking MCP.
+"""Flat-parameter HTTP proxy: find and call a gateway tool without speaking MCP.
+
+    GET /proxy/tools
+
+lists every served tool: its `name`, the `server` serving it (its tool group, or the upstream
+tool set's name), its function-call spec (`function`: the OpenAI-style spec converted from its
+MCP input schema, as `envs` offers it to models), `call_url` to POST its arguments to, and the
+`fixed_params` the gateway file pins (hidden from the schema, always applied).
 
     POST /proxy/tools/{tool_name}/call
+    POST /proxy/{server}/tools/{tool_name}/call     (the same call, naming the server; a tool
+                                                     the named server does not serve is a 404)
     Content-Type: application/json
     X-Task-Id: task-7        (optional; the stats record's task_id)
     X-Call-Id: c-123         (optional; the stats record's call_id, generated when absent)
@@ -25,7 +34,7 @@ Every answer is a JSON object with `tool`, `call_id` and `outcome` (the stats ca
 | 200 | the tool answered, including a tool error result | `is_error`, `text`, `content`, `structured_content` |
 | 400 | the body is not a JSON object, or the arguments fail the tool's schema | `error` (the reason) |
 | 403 / 421 | the Origin / Host header is not one this gateway serves (DNS-rebinding protection) | `error` |
-| 404 | no tool of that name is exposed by this gateway | `error` listing the exposed tools |
+| 404 | no tool of that name is exposed by this gateway, or the path names a server that does not serve it | `error` listing the exposed tools, or naming the right path |
 | 413 | the body is over `MAX_BODY_BYTES` | `error` |
 | 415 | the Content-Type is not JSON | `error` |
 | 502 | the tool's upstream MCP server is unavailable | `error` |
@@ -36,7 +45,7 @@ A tool error (the tool ran and reported a problem, e.g. `top_k` over the limit, 
 is not active for the task) is 200 with `is_error: true`, as in MCP: it is an answer meant for
 the model to read and react to, and the status codes stay for calls that did not happen as
 asked. Only a request that cannot be a call at all (400, 403, 413, 415 or 421 before any tool
-runs) is not counted in the stats.
+runs, or a 404 for a server that does not serve the tool) is not counted in the stats.
 """
 
 from __future__ import annotations
@@ -50,17 +59,28 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, Tool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from envs.mcp_session import McpSession
 from envs.mcp_transport import describe
-from rollout.wire import META_ATTEMPT, META_CALL_ID, META_RUN_ID, META_TASK_ID, META_WORKER_ID, classify_result
+from envs.schema import mcp_tool_to_function
+from rollout.wire import (
+    META_ATTEMPT,
+    META_CALL_ID,
+    META_GROUP,
+    META_RUN_ID,
+    META_TASK_ID,
+    META_WORKER_ID,
+    classify_result,
+)
 
 logger = logging.getLogger(__name__)
 
 PROXY_ROUTE = "/proxy/tools/{tool_name}/call"
+PROXY_SERVER_ROUTE = "/proxy/{server}/tools/{tool_name}/call"
+CATALOG_ROUTE = "/proxy/tools"
 HEADER_TASK_ID = "x-task-id"
 HEADER_CALL_ID = "x-call-id"
 HEADER_WORKER_ID = "x-worker-id"
@@ -87,6 +107,8 @@ class ToolProxy:
         # In-process, so it does not break; were it to, reopening it would be harmless.
         self._session = McpSession(server, name="http-proxy", label="the tool proxy", log=logger)
         self._security = TransportSecurityMiddleware(security)
+        self.fixed_params: dict[str, dict[str, Any]] = {}
+        """Parameters the gateway file pins, by tool name (set by `build_gateway`), for the catalog."""
 
     def protect(self, security: TransportSecuritySettings | None) -> None:
         """Check Host/Origin as `security` says: the same settings the app's MCP transport uses."""
@@ -98,12 +120,35 @@ class ToolProxy:
     async def stop(self) -> None:
         await self._session.close()
 
+    async def catalog(self, request: Request) -> JSONResponse:
+        """`GET /proxy/tools`: every served tool with its function-call spec, call URL and pinned parameters."""
+        refused = await self._host_refusal(request)
+        if refused is not None:
+            return JSONResponse({"error": refused[2]}, status_code=refused[0])
+        client = self._session.client
+        if client is None:
+            return JSONResponse({"error": _NOT_RUNNING}, status_code=503)
+        root = str(request.base_url).rstrip("/")
+        tools = []
+        for tool in (await client.list_tools()).tools:
+            server = _server_of(tool)
+            tools.append({
+                "name": tool.name,
+                "server": server,
+                "function": mcp_tool_to_function(tool),
+                "call_url": f"{root}/proxy/{server}/tools/{tool.name}/call",
+                "fixed_params": self.fixed_params.get(tool.name, {}),
+            })
+        return JSONResponse({"tools": tools})
+
     async def handle(self, request: Request) -> JSONResponse:
-        """`POST /proxy/tools/{tool_name}/call` with the tool's arguments as a flat JSON object."""
+        """`POST /proxy/[{server}/]tools/{tool_name}/call` with the tool's arguments as a flat JSON object."""
         name = request.path_params["tool_name"]
         call_id = request.headers.get(HEADER_CALL_ID) or uuid.uuid4().hex
         base = {"tool": name, "call_id": call_id}
         refusal = await self._refusal(request)
+        if refusal is None and "server" in request.path_params:
+            refusal = await self._server_refusal(request.path_params["server"], name)
         if refusal is not None:
             status, outcome, error = refusal
             return _answer(status, {**base, "outcome": outcome, "error": error})
@@ -115,8 +160,7 @@ class ToolProxy:
             return _answer(400, {**base, "outcome": "invalid_request", "error": problem})
         client = self._session.client
         if client is None:
-            error = "the tool proxy is not running: serve the gateway with rollout.gateway.server.serve or make_uvicorn"
-            return _answer(503, {**base, "outcome": "unavailable", "error": error})
+            return _answer(503, {**base, "outcome": "unavailable", "error": _NOT_RUNNING})
         meta = {META_CALL_ID: call_id}
         for header, key in ((HEADER_TASK_ID, META_TASK_ID), (HEADER_WORKER_ID, META_WORKER_ID),
                             (HEADER_RUN_ID, META_RUN_ID), (HEADER_ATTEMPT, META_ATTEMPT)):
@@ -141,17 +185,35 @@ class ToolProxy:
             error = f"invalid arguments for {name}: {_PYDANTIC_LINK.sub('', error or '').strip()}"
         return _answer(status, {**body, "error": error})
 
+    async def _server_refusal(self, server: str, name: str) -> tuple[int, str, str] | None:
+        """A 404 when `server` does not serve tool `name`, naming the path that does."""
+        client = self._session.client
+        if client is None:
+            return None  # answered as not running below
+        servers = {t.name: _server_of(t) for t in (await client.list_tools()).tools}
+        if servers.get(name, server) == server:
+            return None  # served there, or unknown everywhere (the call itself says which tools exist)
+        return 404, "unknown_tool", (f"server {server!r} serves no tool {name!r}; it is served by "
+                                     f"{servers[name]!r}: POST /proxy/{servers[name]}/tools/{name}/call")
+
+    async def _host_refusal(self, request: Request) -> tuple[int, str, str] | None:
+        """(status, outcome, reason) when the Host or Origin header is not one this gateway serves, else None."""
+        refused = await self._security.validate_request(request, is_post=False)
+        if refused is None:
+            return None
+        if refused.status_code == 421:
+            fix = "this gateway answers only requests addressed to it by its loopback name (127.0.0.1 or localhost)"
+            seen = request.headers.get("host")
+        else:
+            fix = "web pages from other origins may not call this gateway's tools"
+            seen = request.headers.get("origin")
+        return refused.status_code, "forbidden", f"{bytes(refused.body).decode()} {seen!r}: {fix}"
+
     async def _refusal(self, request: Request) -> tuple[int, str, str] | None:
         """(status, outcome, reason) for a request refused before its body is read, else None."""
-        refused = await self._security.validate_request(request, is_post=False)
+        refused = await self._host_refusal(request)
         if refused is not None:
-            if refused.status_code == 421:
-                fix = "this gateway answers only requests addressed to it by its loopback name (127.0.0.1 or localhost)"
-                seen = request.headers.get("host")
-            else:
-                fix = "web pages from other origins may not call this gateway's tools"
-                seen = request.headers.get("origin")
-            return refused.status_code, "forbidden", f"{bytes(refused.body).decode()} {seen!r}: {fix}"
+            return refused
         content_type = request.headers.get("content-type", "")
         media_type = content_type.partition(";")[0].strip().lower()
         if media_type != "application/json" and not media_type.endswith("+json"):
@@ -161,6 +223,14 @@ class ToolProxy:
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             return 413, "invalid_request", _TOO_LARGE
         return None
+
+
+_NOT_RUNNING = "the tool proxy is not running: serve the gateway with rollout.gateway.server.serve or make_uvicorn"
+
+
+def _server_of(tool: Tool) -> str:
+    """Who serves a listed tool, as the proxy path names it: its group (an upstream's tool set name)."""
+    return str((tool.meta or {}).get(META_GROUP) or "local")
 
 
 _TOO_LARGE = f"the body is over {MAX_BODY_BYTES} bytes: tool arguments are one small flat JSON object"

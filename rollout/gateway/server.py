@@ -103,6 +103,7 @@ def build_gateway(
 
     tool_names = [t.fn.__name__ for t in plan.tools]
     fixed_params = {t.fn.__name__: dict(t.fixed_params) for t in plan.tools if t.fixed_params}
+    server.proxy.fixed_params = fixed_params
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> JSONResponse:

@@ -92,11 +92,14 @@ async def test_document_search_advertises_the_knowledge_base_default_too(kb):
     assert len(result.structured_content["results"]) == 4
 
 
-def test_the_proxy_runs_with_the_pinned_value_and_healthz_lists_the_pins(kb, tmp_path):
+def test_the_proxy_runs_with_the_pinned_value_and_healthz_and_the_catalog_list_the_pins(kb, tmp_path):
     with gateway_served(pinned(5), kb, tmp_path) as base:
         sent = [httpx.post(f"{base}/proxy/tools/{TOOL}/call", json=body, timeout=30)
                 for body in ({"query": "Kelmor", "top_k": 1}, {"query": "Kelmor"})]
         health = httpx.get(f"{base}/healthz", timeout=10).json()
+        listed = {t["name"]: t for t in httpx.get(f"{base}/proxy/tools", timeout=10).json()["tools"]}
+    assert listed[TOOL]["fixed_params"] == {"top_k": 5}
+    assert "top_k" not in listed[TOOL]["function"]["function"]["parameters"]["properties"]
     assert [r.status_code for r in sent] == [200, 200]
     assert [len(r.json()["structured_content"]["results"]) for r in sent] == [5, 5]
     assert health["fixed_params"] == {TOOL: {"top_k": 5}}

@@ -147,3 +147,27 @@ def test_413_for_a_body_over_the_limit_by_its_length_or_by_its_bytes(served, tmp
     assert declared.status_code == 413 and streamed.status_code == 413
     assert str(MAX_BODY_BYTES) in streamed.json()["error"]
     assert load_calls(tmp_path).empty
+
+
+def test_the_catalog_lists_each_tool_with_its_spec_and_a_call_url_that_works(tmp_path):
+    """`GET /proxy/tools` (seed 003): a client without MCP finds each tool, its server and how to call it;
+    the server-named path calls the same tool, and names the right server when given the wrong one."""
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(upstream_on_loopback())
+        gw = gateway_file(SPARSE_MODULE, {"resource_type": "rag", "source": "mcp", "name": "calc", "url": url})
+        base = stack.enter_context(gateway_served(gw, sparse_kb(), tmp_path))
+        listed = httpx.get(f"{base}/proxy/tools", timeout=30)
+        tools = {t["name"]: t for t in listed.json()["tools"]}
+        search, add = tools["query_knowledge_base_sparse"], tools["add"]
+        by_url = httpx.post(search["call_url"], json={"query": "ORG-5521", "top_k": 1}, timeout=30)
+        upstream_call = httpx.post(add["call_url"], json={"a": 2, "b": 3}, timeout=30)
+        wrong = httpx.post(f"{base}/proxy/calc/tools/query_knowledge_base_sparse/call", json={"query": "x"}, timeout=30)
+    assert listed.status_code == 200
+    assert search["function"]["type"] == "function" and search["function"]["function"]["name"] == search["name"]
+    assert "query" in search["function"]["function"]["parameters"]["properties"]
+    assert search["call_url"] == f"{base}/proxy/{search['server']}/tools/query_knowledge_base_sparse/call"
+    assert add["server"] == "calc" and add["fixed_params"] == {} and search["fixed_params"] == {}
+    assert by_url.status_code == 200 and by_url.json()["structured_content"]["results"][0]["id"] == "d1"
+    assert upstream_call.status_code == 200 and upstream_call.json()["structured_content"] == {"result": 5}
+    assert wrong.status_code == 404 and f"/proxy/{search['server']}/tools/" in wrong.json()["error"]
+    assert load_calls(tmp_path)["outcome"].tolist() == ["ok", "ok"]  # the refused call is not a call
