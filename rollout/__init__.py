@@ -6,6 +6,8 @@ The public API, for programs that run experiments without the command line:
     outcome = run(compose_run_config("mode=sparse", "dataset.limit=20"))
     print(outcome.output_dir, outcome.summary)
 
+`run_with_events(cfg)` yields each task's events and records as they happen (`rollout.run.stream`).
+
 Names are loaded on first use, so `import rollout.wire` (what a Ray worker or the env side needs)
 does not pull in Ray, Hydra or pandas.
 """
@@ -24,12 +26,14 @@ __all__ = [
     "RunConfig",
     "RunOutcome",
     "RunSummary",
+    "TaskEvent",
     "TaskResult",
     "TaskTools",
     "ToolCallRecord",
     "ToolResult",
     "compose_run_config",
     "run",
+    "run_with_events",
 ]
 
 _HOMES = {
@@ -47,6 +51,8 @@ _HOMES = {
     "RunOutcome": "rollout.run.driver",
     "RunSummary": "rollout.summary",
     "run": "rollout.run.driver",
+    "run_with_events": "rollout.run.stream",
+    "TaskEvent": "rollout.run.stream",
 }
 
 if TYPE_CHECKING:
@@ -55,6 +61,7 @@ if TYPE_CHECKING:
     from rollout.records import Passage, Question, TaskResult, ToolCallRecord, ToolResult
     from rollout.run.config import RunConfig, compose_run_config
     from rollout.run.driver import RunOutcome, run
+    from rollout.run.stream import TaskEvent, run_with_events
     from rollout.summary import RunSummary
 
 

@@ -10,8 +10,8 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -194,15 +194,22 @@ def check_agent(cfg: RunConfig) -> Any:
     return agent
 
 
-def run(cfg: RunConfig) -> RunOutcome:
+def run(cfg: RunConfig, *, on_event: Callable[[str, AnyEvent], None] | None = None,
+        on_result: Callable[[TaskResult], None] | None = None) -> RunOutcome:
     """Run one experiment end to end; bad input raises `RolloutError` before anything starts.
 
     Finished tasks are appended to trajectory.jsonl one by one; a rerun into the same output_dir
     resumes (see `rollout.run.resume`). Ctrl-C stops the run, keeps what finished and raises
     `RunInterrupted`. A second driver into the same output_dir is refused (`rollout.run.lock`).
+
+    `on_event(task_id, event)` is called with each task's events as they happen (instead of the
+    live lines `watch=true` prints), `on_result` with each finished task's record, both on this
+    thread; `rollout.run.stream.run_with_events` turns them into a generator.
     """
+    if on_event is not None:
+        cfg = replace(cfg, watch=True)  # the workers keep their events for the driver to collect
     with hold_run_lock(cfg.output_dir):
-        return _run_holding_lock(cfg)
+        return _run_holding_lock(cfg, on_event, on_result)
 
 
 class Timeline:
@@ -222,7 +229,8 @@ class Timeline:
         return " · ".join(f"{step} {at:.1f}" for step, at in self.marks.items())
 
 
-def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
+def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] | None,
+                      on_task: Callable[[TaskResult], None] | None) -> RunOutcome:
     timeline = Timeline()
     gateway_file = load_gateway_file(cfg.gateway_config_path)
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
@@ -262,10 +270,15 @@ def _run_holding_lock(cfg: RunConfig) -> RunOutcome:
                 append_task(trajectory, result)
                 progress.add(result)
                 timeline.mark_once("first result")
+                if on_task is not None:
+                    on_task(result)
 
             def on_events(events: list[tuple[str, AnyEvent]]) -> None:
                 for task_id, event in events:
-                    progress.print(format_live_event(task_id, event))
+                    if on_event is not None:
+                        on_event(task_id, event)
+                    else:
+                        progress.print(format_live_event(task_id, event))
 
             scheduler = Scheduler(
                 cfg, env_spec, on_result=on_result,

@@ -207,9 +207,12 @@ class Scheduler:
                 while queue or self._pending:
                     ctrl_c.raise_if_pressed()
                     self._fill(queue)
-                    for ref in self._finished():
-                        self._collect(ref, queue)
+                    finished = self._finished()
+                    # Drained first: a finished task's events are all in its worker's buffer, and they come
+                    # before its record.
                     self._drain_events()
+                    for ref in finished:
+                        self._collect(ref, queue)
                     self._watch_gateway()
                 self._drain_events()
         finally:

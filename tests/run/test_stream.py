@@ -1,0 +1,35 @@
+"""`run_with_events`: a program consumes a run's typed events and records as they happen."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout import RunOutcome, TaskEvent, TaskResult, compose_run_config, run_with_events
+from rollout.errors import ConfigError
+from rollout.jsonl import read_jsonl
+
+SMALL_KB = ["dataset.n_passages=300", "dataset.n_questions=60", "mode=sparse", "progress=false"]
+
+
+def test_events_come_before_their_task_s_record_and_the_outcome_comes_last(ray_local, cache_dir, tmp_path):
+    cfg = compose_run_config(*SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.05", "dataset.limit=6",
+                             f"output_dir={tmp_path / 'run'}", f"cache_dir={cache_dir}")
+    items = list(run_with_events(cfg))
+
+    outcome = items[-1]
+    assert isinstance(outcome, RunOutcome) and outcome.summary.n == 6
+    assert not any(isinstance(i, RunOutcome) for i in items[:-1])
+    results = [i for i in items if isinstance(i, TaskResult)]
+    assert sorted(r.id for r in results) == sorted(t["id"] for t in read_jsonl(outcome.output_dir / "trajectory.jsonl"))
+    for result in results:
+        position = items.index(result)
+        streamed = [i.event for i in items[:position] if isinstance(i, TaskEvent) and i.task_id == result.id]
+        # Every event the record keeps was streamed, in order, before the record itself.
+        assert streamed == result.events, result.id
+        assert {"tool_call", "tool_result", "completion"} <= {e.type for e in streamed}
+
+
+def test_a_bad_config_is_raised_to_the_consumer(tmp_path):
+    cfg = compose_run_config(*SMALL_KB, f"output_dir={tmp_path / 'run'}", "gateway_config_path=/nonexistent.json")
+    with pytest.raises(ConfigError):
+        next(run_with_events(cfg))
