@@ -34,9 +34,9 @@ SERVE_LOGGING = {"log_level": "WARNING", "enable_access_log": False}
 class ServeGateway:
     """`replicas` gateway replicas serving `args` (the gateway's command line) at one URL on `host`."""
 
-    def __init__(self, args: list[str], retrieval: dict[str, Any], *, host: str = "127.0.0.1", replicas: int = 2, replica_cpus: float = 1.0,
-                 autoscaling: dict[str, Any] | None = None, ready_timeout_s: float = 900.0,
-                 auth_token: str | None = None):
+    def __init__(self, args: list[str], retrieval: dict[str, Any], *, host: str = "127.0.0.1", replicas: int = 2,
+                 replica_cpus: float = 1.0, autoscaling: dict[str, Any] | None = None,
+                 ready_timeout_s: float = 900.0, auth_token: str | None = None):
         self.args = [*args, "--host", host]  # the replicas' Host checks follow the address Serve listens on
         self.retrieval = dict(retrieval)
         """The run's `retriever` section, handed to the index task and each replica with the call."""
@@ -49,7 +49,6 @@ class ServeGateway:
         self.app_name = f"rollout-gateway-{uuid.uuid4().hex[:8]}"
         """One application per run, under its own route, so runs sharing a cluster's Serve do not collide."""
         self.url: str | None = None
-        self.restarts = 0
         self._started_serve = False
         self._deployed = False
 
@@ -74,8 +73,8 @@ class ServeGateway:
         self._started_serve = not _serve_running()
         serve.start(proxy_location="HeadOnly", http_options={"host": self.host, "port": _free_port(self.host)},
                     logging_config=SERVE_LOGGING)
-        application = gateway_application(self.args, self.retrieval, replicas=self.replicas, replica_cpus=self.replica_cpus,
-                                          autoscaling=self.autoscaling)
+        application = gateway_application(self.args, self.retrieval, replicas=self.replicas,
+                                          replica_cpus=self.replica_cpus, autoscaling=self.autoscaling)
         serve._run(application, name=self.app_name, route_prefix=f"/{self.app_name}", _blocking=False,
                    logging_config=SERVE_LOGGING)
         self._deployed = True
@@ -91,13 +90,6 @@ class ServeGateway:
         _wait_healthy(url, self.auth_token, deadline)
         self.url = url
         return url
-
-    def is_alive(self) -> bool:
-        """Serve keeps the replicas alive itself; the application is what the run watches."""
-        from ray import serve
-
-        app = serve.status().applications.get(self.app_name)
-        return app is not None and str(app.status) in ("RUNNING", "ApplicationStatus.RUNNING")
 
     def stop(self) -> None:
         """Delete the application (each replica closes its ledger), and Serve too when this run started it."""
