@@ -38,6 +38,11 @@ RECONNECT_CAP_S = 5.0
 """...up to this; each delay is drawn from [delay/2, delay] (jitter), so workers do not reconnect in lockstep."""
 
 State = Literal["new", "up", "reconnecting", "down", "failed", "closed"]
+
+
+def backoff_delay(attempt: int, cap_s: float = RECONNECT_CAP_S) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1-based) to reach a server: see `RECONNECT_BASE_S`."""
+    return min(cap_s, RECONNECT_BASE_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 """new: not opened; up: a session is open; reconnecting: it broke, the owner is reopening it;
 down: reconnecting for longer than `reconnect_timeout_s` (calls fail at once, the owner keeps
 trying); failed: the `on_open` hook refused a reopened session (final); closed: `close()` was called."""
@@ -239,7 +244,7 @@ class McpSession:
             )
             self.log.error("%s: %s", self.name, message)
             self._set_state("down", message)
-        delay = min(self.backoff_cap_s, RECONNECT_BASE_S * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        delay = backoff_delay(attempt, self.backoff_cap_s)
         if self._state == "reconnecting":
             delay = min(delay, max(0.0, self._budget_left()))  # one last attempt right at the budget's end
         try:

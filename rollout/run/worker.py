@@ -14,6 +14,7 @@ import ray
 from hydra.utils import instantiate
 
 from envs import HttpMCPRagEnv, TaskSession
+from envs.mcp_session import backoff_delay
 from envs.mcp_transport import is_transport_failure
 from rollout.agents.base import Agent, AgentResult
 from rollout.errors import GatewayError
@@ -109,8 +110,9 @@ class RolloutWorker:
         spec = self.env_spec
         assert spec is not None
         deadline = time.monotonic() + spec.reconnect_timeout_s
-        delay = 0.25
+        attempt = 0
         while True:
+            attempt += 1
             env = spec.build(self.worker_id)
             try:
                 await env.start()
@@ -118,10 +120,10 @@ class RolloutWorker:
             except GatewayError as e:
                 if e.__cause__ is None or not is_transport_failure(e.__cause__) or time.monotonic() > deadline:
                     raise
+                delay = backoff_delay(attempt)  # as the session itself backs off when it reconnects
                 logger.warning("%s: gateway unreachable (%s); trying again in %.1f s", self.worker_id, e.__cause__,
                                delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
     def _listen(self, task_id: str, event: AnyEvent) -> None:
         assert self._live is not None
