@@ -87,12 +87,7 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str],
     `params` default to the file `--retriever-config` names."""
     started = time.perf_counter()
     cache_dir = args.cache_dir or default_cache_dir()
-    corpus_path = args.corpus
-    if corpus_path is None:
-        kb_files = ensure_demo_kb(
-            cache_dir, n_passages=args.demo_passages, n_questions=args.demo_questions, seed=args.demo_seed
-        )
-        corpus_path = kb_files.corpus_path
+    corpus_path = corpus_of(args, cache_dir)
     passages = load_corpus(corpus_path)
     read = time.perf_counter()
     params = params or load_retrieval_params(args.retriever_config)
@@ -110,6 +105,15 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str],
     logger.info("Knowledge base ready in %.1f s: corpus %.1f s, indexes %.1f s, first query %.1f s",
                 warmed - started, read - started, loaded - read, warmed - loaded)
     return KnowledgeBase(passages, retrievers, default_top_k=args.default_top_k, max_top_k=args.max_top_k)
+
+
+def corpus_of(args: argparse.Namespace, cache_dir: Path) -> Path:
+    """The corpus file `--corpus` names, else the demo knowledge base's (generated into `cache_dir` once)."""
+    if args.corpus is not None:
+        return Path(args.corpus)
+    return ensure_demo_kb(
+        cache_dir, n_passages=args.demo_passages, n_questions=args.demo_questions, seed=args.demo_seed
+    ).corpus_path
 
 
 def load_retrieval_params(path: Path) -> RetrievalParams:

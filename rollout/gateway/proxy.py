@@ -109,6 +109,8 @@ class ToolProxy:
         self._security = TransportSecurityMiddleware(security)
         self.fixed_params: dict[str, dict[str, Any]] = {}
         """Parameters the gateway file pins, by tool name (set by `build_gateway`), for the catalog."""
+        self._servers: dict[str, str] = {}
+        """Tool name → the server the proxy path names for it, as last listed."""
 
     def protect(self, security: TransportSecuritySettings | None) -> None:
         """Check Host/Origin as `security` says: the same settings the app's MCP transport uses."""
@@ -190,11 +192,13 @@ class ToolProxy:
         client = self._session.client
         if client is None:
             return None  # answered as not running below
-        servers = {t.name: _server_of(t) for t in (await client.list_tools()).tools}
-        if servers.get(name, server) == server:
+        if name not in self._servers:  # a tool's server never changes: the list is asked again only for a new name
+            self._servers = {t.name: _server_of(t) for t in (await client.list_tools()).tools}
+        serving = self._servers.get(name, server)
+        if serving == server:
             return None  # served there, or unknown everywhere (the call itself says which tools exist)
         return 404, "unknown_tool", (f"server {server!r} serves no tool {name!r}; it is served by "
-                                     f"{servers[name]!r}: POST /proxy/{servers[name]}/tools/{name}/call")
+                                     f"{serving!r}: POST /proxy/{serving}/tools/{name}/call")
 
     async def _host_refusal(self, request: Request) -> tuple[int, str, str] | None:
         """(status, outcome, reason) when the Host or Origin header is not one this gateway serves, else None."""

@@ -19,6 +19,7 @@ from typing import Any
 from rollout.errors import ConfigError
 from rollout.gateway.__main__ import (
     build_parser,
+    corpus_of,
     load_knowledge_base,
     open_collector,
     option_error,
@@ -59,7 +60,7 @@ def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
     """
     import time
 
-    from rollout.data import ensure_demo_kb, load_corpus
+    from rollout.data import load_corpus
     from rollout.paths import default_cache_dir
     from rollout.retrieval import load_or_build_indexes
 
@@ -68,9 +69,7 @@ def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
     requires = plan_gateway(load_gateway_file(args.config)).requires
     if requires:
         cache_dir = args.cache_dir or default_cache_dir()
-        corpus = args.corpus or ensure_demo_kb(cache_dir, n_passages=args.demo_passages,
-                                               n_questions=args.demo_questions, seed=args.demo_seed).corpus_path
-        load_or_build_indexes(load_corpus(corpus), cache_dir, which=requires,
+        load_or_build_indexes(load_corpus(corpus_of(args, cache_dir)), cache_dir, which=requires,
                               params=RetrievalParams.from_dict(retrieval))
     return time.perf_counter() - started
 

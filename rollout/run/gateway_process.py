@@ -125,7 +125,7 @@ class GatewayProcess:
             failures = 0 if self._answers_health(url) else failures + 1
             if failures >= HEALTH_FAILURES:
                 logger.warning("The gateway (pid %s) has not answered %s for %d checks of %.0f s; treating it as dead",
-                               proc.pid, _health_url(url), failures, self.health_timeout_s)
+                               proc.pid, health_url(url), failures, self.health_timeout_s)
                 self._unresponsive = True
                 failures = 0
 
@@ -136,7 +136,7 @@ class GatewayProcess:
     def _ask_health(self, url: str, timeout_s: float) -> httpx.Response | None:
         """The gateway's answer to GET /healthz; None when there was none."""
         try:
-            return httpx.get(_health_url(url), headers=auth_headers(self.auth_token), timeout=timeout_s)
+            return httpx.get(health_url(url), headers=auth_headers(self.auth_token), timeout=timeout_s)
         except httpx.HTTPError:
             return None
 
@@ -204,7 +204,7 @@ class GatewayProcess:
                 raise GatewayError(f"gateway at {url} refused the health check (401): {response.text.strip()}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise GatewayError(f"gateway at {url} did not answer {_health_url(url)}")
+                raise GatewayError(f"gateway at {url} did not answer {health_url(url)}")
             time.sleep(0.1)
 
     def stop(self) -> None:
@@ -218,7 +218,8 @@ class GatewayProcess:
         self._tmp.cleanup()
 
 
-def _health_url(mcp_url: str) -> str:
+def health_url(mcp_url: str) -> str:
+    """The gateway's /healthz beside its MCP endpoint (under the same route prefix, as on Ray Serve)."""
     return mcp_url.rsplit("/", 1)[0] + "/healthz"
 
 

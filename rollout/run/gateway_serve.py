@@ -20,6 +20,7 @@ import ray
 
 from rollout.errors import ConfigError, GatewayError
 from rollout.gateway.serve_replica import check_replicable, gateway_application, prebuild_indexes
+from rollout.run.gateway_process import health_url
 from rollout.wire import auth_headers, resolve_token
 
 logger = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def _wait_running(app_name: str, deadline: float) -> None:
 
 
 def _wait_healthy(url: str, token: str | None, deadline: float) -> None:
-    health = url.rsplit("/", 1)[0] + "/healthz"
+    health = health_url(url)
     while True:
         try:
             if httpx.get(health, headers=auth_headers(token), timeout=5.0).status_code == 200:
