@@ -141,7 +141,6 @@ def serve(kind: str, passages: int, url_file: Path, stats_dir: Path) -> None:
 def serve_replicas(replicas: int, passages: int, url_file: Path, stats_dir: Path) -> None:
     """The sparse gateway as `replicas` Ray Serve replicas, as a run with `gateway.replicas=N` deploys it."""
     import logging
-    import threading
 
     import ray
 

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 import ray.util
@@ -42,6 +42,9 @@ from rollout.summary import RunSummary
 from rollout.view.progress import RunProgress
 from rollout.view.render import format_live_event
 from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
+
+if TYPE_CHECKING:
+    from rollout.run.gateway_serve import ServeGateway
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class RunningGateway:
 
 
 @contextlib.contextmanager
-def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | RunningGateway | Any]:
+def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | ServeGateway | RunningGateway]:
     """The configured gateway, or one launched for this run (stopped after it, even on failure).
 
     One replica is a child process, started before Ray so it loads while Ray starts; more are a Ray
