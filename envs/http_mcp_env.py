@@ -24,11 +24,13 @@ from envs.mcp_session import McpSession
 from envs.mcp_transport import describe, is_transport_failure, root_cause, trust_tool_results
 from envs.schema import mcp_tool_to_function
 from envs.task_session import TaskSession
+from rollout.accounting import CallAccounting
 from rollout.errors import GatewayError
 from rollout.events import EventLog
 from rollout.gateway_file import GatewayFile, load_gateway_file
 from rollout.records import ToolCallRecord, ToolResult
 from rollout.wire import (
+    META_ACCOUNTING,
     META_ATTEMPT,
     META_CALL_ID,
     META_GROUP,
@@ -228,7 +230,8 @@ class HttpMCPEnv:
         ok, outcome, error, _ = classify_result(result)
         text = error if error is not None else result_text(result)
         structured = result.structured_content if ok else None
-        return self._finish(call_id, name, arguments, started, t0, ok, outcome, text, structured, True)
+        cost = CallAccounting.from_json((result.meta or {}).get(META_ACCOUNTING))
+        return self._finish(call_id, name, arguments, started, t0, ok, outcome, text, structured, True, cost)
 
     @staticmethod
     def _finish(
@@ -242,6 +245,7 @@ class HttpMCPEnv:
         text: str,
         structured: dict[str, Any] | None,
         reached: bool,
+        accounting: CallAccounting | None = None,
     ) -> tuple[ToolResult, ToolCallRecord]:
         hits = [r for r in (structured or {}).get("results", []) if isinstance(r, dict)]
         record = ToolCallRecord(
@@ -256,6 +260,7 @@ class HttpMCPEnv:
             result_ids=[str(r.get("id")) for r in hits],
             result_doc_ids=[str(r.get("doc_id", r.get("id"))) for r in hits],
             reached_gateway=reached,
+            accounting=accounting,
         )
         return ToolResult(ok=ok, text=text, structured=structured), record
 

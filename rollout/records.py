@@ -11,6 +11,7 @@ from copy import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from rollout.accounting import CallAccounting, TaskAccounting, task_accounting
 from rollout.events import AnyEvent, event_from_json
 from rollout.wire import Outcome
 
@@ -130,9 +131,14 @@ class ToolCallRecord:
     """Their source document ids (equal to the passage ids unless documents were chunked)."""
     reached_gateway: bool
     """False when the environment refused the call locally (tool not offered in this mode)."""
+    accounting: CallAccounting | None = None
+    """What the call cost as the gateway measured it (stage, context tokens, the tool's own LLM tokens);
+    None when the call never reached a gateway that reports it."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["accounting"] = None if self.accounting is None else self.accounting.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolCallRecord:
@@ -145,12 +151,14 @@ class ToolCallRecord:
         if missing:
             raise TypeError(f"tool call record without {', '.join(missing)}")
         # A copy of a default: records must not share one mutable list or dict.
-        return cls(**{k: data[k] if k in data else copy(_CALL_DEFAULTS[k]) for k in cls.__dataclass_fields__})
+        fields = {k: data[k] if k in data else copy(_CALL_DEFAULTS[k]) for k in cls.__dataclass_fields__}
+        fields["accounting"] = CallAccounting.from_json(fields["accounting"])
+        return cls(**fields)
 
 
 _CALL_DEFAULTS: dict[str, Any] = {
     "call_id": "", "arguments": {}, "error": None, "started": 0.0, "result_ids": [], "result_doc_ids": [],
-    "reached_gateway": True,
+    "reached_gateway": True, "accounting": None,
 }
 """Values of the tool call fields a stored line may lack. `result_doc_ids` came later; its absence
 means no document ids were recorded, which is what scoring has always read it as."""
@@ -198,6 +206,9 @@ class TaskResult:
     """Which of the run's `repeats` runs of this question this is (0-based)."""
     seed: int | None = None
     """Seed handed to the agent for this repeat (sampling agents use it; None before seeds existed)."""
+    accounting: TaskAccounting | None = None
+    """Where the task's time and tokens went (`rollout.accounting`); built from the fields above by
+    `answered` and `failed`, None on lines written before it existed."""
 
     @property
     def key(self) -> TaskKey:
@@ -215,6 +226,7 @@ class TaskResult:
             prediction=prediction, tool_calls=list(calls), turns=turns, error=None, worker_id=worker_id,
             latency_s=latency_s, metadata=dict(question.metadata), messages=list(messages), status="ok",
             usage=dict(usage), events=list(events), attempts=attempts, repeat=repeat, seed=seed,
+            accounting=task_accounting(calls, events, usage, latency_s),
         )
 
     @classmethod
@@ -237,12 +249,15 @@ class TaskResult:
             prediction=prediction, tool_calls=list(calls), turns=turns, error=error, worker_id=worker_id,
             latency_s=latency_s, metadata=dict(question.metadata), messages=list(messages), status=status,
             usage=dict(usage or {}), events=list(events), attempts=attempts, repeat=repeat, seed=seed,
+            accounting=task_accounting(calls, events, usage or {}, latency_s),
         )
 
     def to_json(self) -> dict[str, Any]:
         """The trajectory line: every field in declaration order, tool calls and events as their JSON."""
         data = asdict(self)  # tool calls become their `to_json` (both are asdict)
         data["events"] = [e.to_json() for e in self.events]  # asdict would drop each event's `type`
+        data["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        data["accounting"] = None if self.accounting is None else self.accounting.to_json()
         return data
 
     @classmethod
@@ -254,4 +269,6 @@ class TaskResult:
             fields["tool_calls"] = [ToolCallRecord.from_json(c) for c in fields["tool_calls"] or []]
         if "events" in fields:
             fields["events"] = [event_from_json(e) for e in fields["events"] or []]
+        if fields.get("accounting") is not None:
+            fields["accounting"] = TaskAccounting.from_json(fields["accounting"])
         return cls(**fields)

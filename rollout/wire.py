@@ -35,6 +35,9 @@ writes as the text of a tool's structured result; `result_text` makes it from th
 # --- result `_meta` keys (gateway → client) -----------------------------------------------------
 META_OUTCOME = "rollout/outcome"
 """Set on error results the gateway made itself (`timeout`, `upstream_unavailable`)."""
+META_ACCOUNTING = "rollout/accounting"
+"""What the call cost as the gateway measured it: `rollout.accounting.CallAccounting` as JSON (stage, context
+tokens of the result text, tokens and time of the LLM calls the tool made)."""
 
 # --- tool `_meta` keys (tools/list) -------------------------------------------------------------
 META_GROUP = "rollout/group"

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rollout.accounting import CallAccounting
 from rollout.events import CompletionEvent, ErrorEvent, LLMOutputEvent, LLMThinkingEvent, ToolCallEvent, ToolResultEvent
 from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.report.scoring import summarize
@@ -18,12 +19,12 @@ SPARSE = "query_knowledge_base_sparse"
 
 TRAJECTORY_KEYS = [
     "id", "question", "golden_answers", "prediction", "tool_calls", "turns", "error", "worker_id", "latency_s",
-    "metadata", "messages", "status", "usage", "events", "attempts", "repeat", "seed",
+    "metadata", "messages", "status", "usage", "events", "attempts", "repeat", "seed", "accounting",
 ]
-"""The keys of a trajectory line, in the order the driver has always written them."""
+"""The keys of a trajectory line, in the order the driver has always written them (`accounting` last, added later)."""
 TOOL_CALL_KEYS = [
     "call_id", "name", "arguments", "ok", "outcome", "error", "started", "latency_ms", "result_ids", "result_doc_ids",
-    "reached_gateway",
+    "reached_gateway", "accounting",
 ]
 EVENT_KEYS = {
     "llm_output": ["type", "t", "turn", "content", "tool_calls", "usage", "latency_ms"],
@@ -48,6 +49,7 @@ def sparse_call() -> ToolCallRecord:
     return ToolCallRecord(
         call_id="c1", name=SPARSE, arguments={"query": "Arlen Voss born"}, ok=True, outcome="ok", error=None,
         started=T0 + 0.5, latency_ms=4.25, result_ids=["p1"], result_doc_ids=["d1"], reached_gateway=True,
+        accounting=CallAccounting("retrieval", context_tokens=12),
     )
 
 
@@ -67,12 +69,14 @@ def answered() -> TaskResult:
     )
 
 
-# This record's line as the driver wrote it before records were typed end to end, byte for byte.
+# This record's line as the driver wrote it before records were typed end to end, byte for byte, with the
+# accounting (of the call and of the task) added since.
 ANSWERED_LINE = (
     '{"id": "q1", "question": "Where was Arlen Voss born?", "golden_answers": ["Kelmor"], "prediction": "Kelmor", '
     '"tool_calls": [{"call_id": "c1", "name": "query_knowledge_base_sparse", "arguments": {"query": "Arlen Voss born"}, '
     '"ok": true, "outcome": "ok", "error": null, "started": 1700000000.5, "latency_ms": 4.25, "result_ids": ["p1"], '
-    '"result_doc_ids": ["d1"], "reached_gateway": true}], "turns": 2, "error": null, "worker_id": "worker-0", '
+    '"result_doc_ids": ["d1"], "reached_gateway": true, "accounting": {"stage": "retrieval", "context_tokens": 12, '
+    '"llm_prompt_tokens": 0, "llm_completion_tokens": 0, "llm_ms": 0.0}}], "turns": 2, "error": null, "worker_id": "worker-0", '
     '"latency_s": 1.5, "metadata": {"gold_doc_ids": ["d1"]}, "messages": [{"role": "user", "content": "Where was '
     'Arlen Voss born?"}], "status": "ok", "usage": {"total_tokens": 9}, "events": [{"type": "llm_output", '
     '"t": 1700000000.0, "turn": 1, "content": null, "tool_calls": [{"id": "c1", "name": "query_knowledge_base_sparse", '
@@ -81,7 +85,10 @@ ANSWERED_LINE = (
     '"Arlen Voss born"}}, {"type": "tool_result", "t": 1700000000.75, "call_id": "c1", "name": '
     '"query_knowledge_base_sparse", "ok": true, "outcome": "ok", "text": "Arlen Voss was born in Kelmor.", '
     '"latency_ms": 4.25, "result_ids": ["p1"]}, {"type": "completion", "t": 1700000001.0, "prediction": "Kelmor", '
-    '"turns": 2}], "attempts": 1, "repeat": 1, "seed": 11}'
+    '"turns": 2}], "attempts": 1, "repeat": 1, "seed": 11, "accounting": {"time_s": {"total": 1.5, "llm": 0.002, '
+    '"tools": {"query_knowledge_base_sparse": 0.00425}, "waiting": 1.49375}, "context_tokens": {"retrieval": 12}, '
+    '"tool_llm_tokens": {}, "agent_tokens": 9, "tokens": {"retrieval": 12, "filtering": 0, "chunking": 0, '
+    '"generation": 0, "other": 0, "agent": 9}, "calls_counted": 1}}'
 )
 
 
@@ -110,14 +117,16 @@ def test_every_event_type_round_trips():
 
 
 def test_lines_of_older_runs_still_read():
-    # Before statuses, usage, events, attempts, repeats and seeds, and before result_doc_ids.
+    # Before statuses, usage, events, attempts, repeats and seeds, before result_doc_ids, and before accounting.
     old = json.loads(ANSWERED_LINE)
-    for key in ("status", "usage", "events", "attempts", "repeat", "seed"):
+    for key in ("status", "usage", "events", "attempts", "repeat", "seed", "accounting"):
         del old[key]
     del old["tool_calls"][0]["result_doc_ids"]
+    del old["tool_calls"][0]["accounting"]
     task = TaskResult.from_json(old)
-    assert (task.status, task.usage, task.events, task.attempts, task.repeat, task.seed) == ("ok", {}, [], 1, 0, None)
-    assert task.tool_calls == [ToolCallRecord(**{**sparse_call().to_json(), "result_doc_ids": []})]
+    assert (task.status, task.usage, task.events, task.attempts, task.repeat, task.seed, task.accounting) == (
+        "ok", {}, [], 1, 0, None, None)
+    assert task.tool_calls == [ToolCallRecord(**{**sparse_call().to_json(), "result_doc_ids": [], "accounting": None})]
 
 
 def test_malformed_calls_and_events_are_refused_with_what_is_wrong():

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from rollout.records import Passage
 from rollout.retrieval import Retriever
 from rollout.retrieval.recall import recall
+from rollout.retrieval.token_count import TokenCounter, load_token_counter
 
 
 class PassageHit(BaseModel):
@@ -115,7 +116,15 @@ class KnowledgeBase:
     max_recall_tokens: int = 32000
     chunk_tokens: int = 200
     """Passages longer than this many whitespace tokens are recalled in chunks."""
+    tokenizer: TokenCounter | None = None
+    """Counts context tokens and cuts budgets (`tokenizer=`); None loads the bundled encoder's on first use."""
     _doc_rows: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def token_counter(self) -> TokenCounter:
+        """The tokenizer budgets and context counts use (the bundled encoder's unless one was given)."""
+        if self.tokenizer is None:
+            self.tokenizer = load_token_counter(None)
+        return self.tokenizer
 
     def doc_rows(self) -> dict[str, tuple[int, ...]]:
         """Passage rows of each source document, in corpus order; built on first use."""

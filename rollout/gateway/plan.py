@@ -34,6 +34,8 @@ class ServedTool:
     """Module type of that group (`rag`, `system`, ...)."""
     fixed_params: Mapping[str, Any] = field(default_factory=dict)
     """Arguments the gateway file pins for it (the group's `fixed_params`), validated; hidden from its schema."""
+    stage: str = "other"
+    """Pipeline stage of its group (`rollout.accounting.Stage`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,13 @@ def plan_gateway(gateway: GatewayFile, registry: ToolRegistry | None = None) -> 
             requires.update(dict.fromkeys(group.requires))
             pins = check_fixed_params(name, group.tools, gateway.group_entry(name).fixed_params)
             for fn in group.tools:
-                tools.setdefault(fn, ServedTool(fn, name, group.resource_type, pins.get(fn.__name__, {})))
+                clash = next((t for t in tools.values() if t.fn.__name__ == fn.__name__ and t.fn is not fn), None)
+                if clash is not None:
+                    raise ConfigError(
+                        f"tool groups {clash.group!r} and {name!r} both serve a tool named {fn.__name__!r}, and a "
+                        "gateway serves one tool per name. Keep one of the two groups in the gateway file"
+                    )
+                tools.setdefault(fn, ServedTool(fn, name, group.resource_type, pins.get(fn.__name__, {}), group.stage))
     if gateway.dynamic_toolsets:
         group = registry.group(TOOLSETS_GROUP)
         for fn in group.tools:

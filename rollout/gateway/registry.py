@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.accounting import STAGES
 from rollout.errors import UnknownToolGroupError
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ class ToolGroup:
     """Registered functions, in registration order."""
     summary: str | None = None
     """Description given at registration; None builds one from the tools' docstrings."""
+    stage: str = "other"
+    """Pipeline stage the group's tools serve (`rollout.accounting.Stage`), for per-stage accounting."""
 
     @property
     def description(self) -> str:
@@ -67,13 +70,18 @@ class ToolRegistry:
         resource_type: str = "rag",
         requires: Iterable[str] = (),
         description: str | None = None,
+        stage: str | None = None,
     ) -> ToolFn:
         """Add `fn` as a tool of `group` and return it.
 
         `description` describes the whole group (a tool set the model can read about); without one the
-        group is described by the first docstring line of its tools. A group has one resource type and one
-        description: adding a tool that disagrees is a `ValueError`.
+        group is described by the first docstring line of its tools. `stage` says which pipeline stage the
+        group serves (`rollout.accounting.STAGES`: retrieval, filtering, chunking, generation; default
+        other). A group has one resource type, one description and one stage: adding a tool that disagrees
+        is a `ValueError`.
         """
+        if stage is not None and stage not in STAGES:
+            raise ValueError(f"stage {stage!r} of tool group {group!r} is not one of {', '.join(STAGES)}")
         existing = self._groups.get(group)
         if existing is not None and existing.resource_type != resource_type:
             raise ValueError(
@@ -89,13 +97,18 @@ class ToolRegistry:
                 f"tool group {group!r} already has the description {summary!r}; "
                 f"{fn.__name__} gives another one. Describe a group once."
             )
+        if stage is not None and existing is not None and existing.stage != stage and existing.tools:
+            raise ValueError(f"tool group {group!r} serves the stage {existing.stage!r}; {fn.__name__} gives "
+                             f"{stage!r}. A group has one stage.")
         needs = tuple(dict.fromkeys((*(existing.requires if existing else ()), *requires)))
-        self._groups[group] = ToolGroup(group, resource_type, needs, tools, description or summary)
+        self._groups[group] = ToolGroup(group, resource_type, needs, tools, description or summary,
+                                        stage or (existing.stage if existing else "other"))
         logger.debug("registered tool %s in group %s", fn.__name__, group)
         return fn
 
     def tool(
-        self, group: str, *, resource_type: str = "rag", requires: Iterable[str] = (), description: str | None = None
+        self, group: str, *, resource_type: str = "rag", requires: Iterable[str] = (), description: str | None = None,
+        stage: str | None = None,
     ) -> Callable[[ToolFn], ToolFn]:
         """Decorator form of `add`: `@registry.tool("my_group")`."""
         if callable(group):
@@ -103,7 +116,8 @@ class ToolRegistry:
                 "tool() takes a group name: write @registry.tool('group'), not @registry.tool. "
                 "Did you forget to call it?"
             )
-        return lambda fn: self.add(group, fn, resource_type=resource_type, requires=requires, description=description)
+        return lambda fn: self.add(group, fn, resource_type=resource_type, requires=requires, description=description,
+                                   stage=stage)
 
     @property
     def group_names(self) -> list[str]:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from rollout.errors import ConfigError
+from rollout.gateway.accounting import CallAccountant
 from rollout.gateway.http_app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
@@ -80,7 +82,11 @@ def build_gateway(
     middleware = [ToolStatsMiddleware(collector)] if collector is not None else []
     if catalog is not None:
         middleware.append(ToolsetGate(catalog))
-    extensions = [CallTimeout(tool_timeout_s)] if tool_timeout_s else []
+    # Outermost first: every answer (a timeout's too) leaves with its accounting.
+    stages = {t.fn.__name__: t.stage for t in plan.tools}
+    extensions: list[Any] = [CallAccountant(kb.token_counter(), stages)]
+    if tool_timeout_s:
+        extensions.append(CallTimeout(tool_timeout_s))
     if upstreams.sets:
         middleware.append(upstreams.list_tools_middleware)
         extensions.append(upstreams)

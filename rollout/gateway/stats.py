@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.run_folder import CALLS_FILE
-from rollout.wire import META_ATTEMPT, META_CALL_ID, META_TASK_ID, META_WORKER_ID, Outcome, classify_result
+from rollout.wire import META_ACCOUNTING, META_ATTEMPT, META_CALL_ID, META_TASK_ID, META_WORKER_ID, Outcome, classify_result
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,9 @@ class CallStat:
     """Passage ids a retrieval tool returned, best first."""
     attempt: int | None = None
     """The task's attempt number (request `_meta`); the report counts the attempt the trajectory kept."""
+    accounting: dict[str, Any] | None = None
+    """What the call cost (`rollout.accounting.CallAccounting` as JSON: stage, context tokens, the tool's own
+    LLM tokens and time); None on calls the gateway refused before a tool ran."""
 
 
 _STAT_FIELDS = tuple(f.name for f in fields(CallStat))
@@ -93,10 +96,11 @@ class ToolStatsMiddleware:
         meta = dict(params.get("_meta") or {})
         started = time.time()
         t0 = time.perf_counter()
-        ok, outcome, error, ids = False, "protocol_error", None, []
+        ok, outcome, error, ids, cost = False, "protocol_error", None, [], None
         try:
             result = await call_next(ctx)
             ok, outcome, error, ids = classify_result(result)
+            cost = _result_meta(result).get(META_ACCOUNTING)
             return result
         except BaseException as e:
             outcome = "cancelled" if _is_cancellation(e) else "protocol_error"
@@ -116,8 +120,14 @@ class ToolStatsMiddleware:
                     timestamp=started,
                     result_ids=ids,
                     attempt=_int_or_none(meta.get(META_ATTEMPT)),
+                    accounting=cost,
                 )
             )
+
+
+def _result_meta(result: Any) -> dict[str, Any]:
+    meta = result.get("_meta") if isinstance(result, dict) else getattr(result, "meta", None)
+    return meta if isinstance(meta, dict) else {}
 
 
 def _is_cancellation(e: BaseException) -> bool:

@@ -65,5 +65,7 @@ def recall_documents(
 
 def register(registry: ToolRegistry) -> None:
     """Add this module's tool groups to `registry`."""
-    registry.add("rag_search", search_documents, requires=("sparse",), description=SEARCH_DESCRIPTION)
-    registry.add("rag_recall", recall_documents, requires=("sparse",), description=RECALL_DESCRIPTION)
+    registry.add("rag_search", search_documents, requires=("sparse",), description=SEARCH_DESCRIPTION,
+                 stage="retrieval")
+    registry.add("rag_recall", recall_documents, requires=("sparse",), description=RECALL_DESCRIPTION,
+                 stage="chunking")

@@ -55,6 +55,6 @@ def query_knowledge_base_hybrid(query: Query, ctx: Context, top_k: TopK = TOP_K_
 
 def register(registry: ToolRegistry) -> None:
     """Add this module's tool groups to `registry`."""
-    registry.add("rag_query", query_knowledge_base_dense, requires=("dense",))
-    registry.add("rag_query_sparse", query_knowledge_base_sparse, requires=("sparse",))
-    registry.add("rag_query_hybrid", query_knowledge_base_hybrid, requires=("hybrid",))
+    registry.add("rag_query", query_knowledge_base_dense, requires=("dense",), stage="retrieval")
+    registry.add("rag_query_sparse", query_knowledge_base_sparse, requires=("sparse",), stage="retrieval")
+    registry.add("rag_query_hybrid", query_knowledge_base_hybrid, requires=("hybrid",), stage="retrieval")
