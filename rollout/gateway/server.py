@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from rollout.errors import ConfigError
-from rollout.gateway.accounting import CallAccountant
+from rollout.gateway.metering import CallAccountant
 from rollout.gateway.http_app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
