@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rollout.data.chunking import iter_chunks
+from rollout.data.folder import iter_folder_documents
 from rollout.data.sources import RowSource, open_hf, open_path
 from rollout.data.specs import CORPUS_FIELDS, QUESTION_FIELDS, CorpusSpec, QuestionSpec
 from rollout.errors import DataError
@@ -25,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 CORPUS_FORMAT = ('one JSON object per line: {"id": ..., "contents": "Title\\ntext"} '
                  'or {"id": ..., "title": ..., "text": ...} (or a .parquet file / save_to_disk '
-                 'directory with those columns; map other column names with columns)')
+                 'directory with those columns; map other column names with columns), '
+                 'or a folder of .txt/.md files')
 QUESTIONS_FORMAT = ('one JSON object per line: {"id": ..., "question": "...", '
                     '"golden_answers": ["..."], "metadata": {...}} (or a .parquet file / save_to_disk '
                     'directory with those columns; map other column names with columns)')
@@ -156,7 +158,11 @@ class _UniqueIds:
 
 
 def iter_corpus_spec(spec: CorpusSpec) -> Iterator[Passage]:
-    """Stream the passages of `spec`, chunked when `chunk_tokens` is set (used to materialize big corpora)."""
+    """Stream the passages of `spec`, chunked when `chunk_tokens` is set or the source is a folder of documents
+    (used to materialize big corpora)."""
+    if spec.is_folder():
+        yield from _iter_folder_corpus(spec)
+        return
     source = _open(spec, CORPUS_FORMAT)
     ids = _UniqueIds(source)
     parse = _passage_parser(spec.columns)
@@ -169,6 +175,16 @@ def iter_corpus_spec(spec: CorpusSpec) -> Iterator[Passage]:
             if chunk is not doc:
                 ids.add(chunk.id, number, f" (chunk of document {doc.id!r})")
             yield chunk
+
+
+def _iter_folder_corpus(spec: CorpusSpec) -> Iterator[Passage]:
+    spec.check()
+    chunk_tokens = spec.effective_chunk_tokens()
+    assert chunk_tokens is not None and spec.path  # a folder always has a chunk size
+    # Ids need no uniqueness check: relative paths are unique, and a chunk id (`<path>#<i>`) never ends in
+    # .txt or .md, so it cannot be another file's path.
+    for doc in iter_folder_documents(Path(spec.path)):
+        yield from iter_chunks(doc, max_tokens=chunk_tokens, overlap=spec.chunk_overlap)
 
 
 def load_corpus_spec(spec: CorpusSpec) -> list[Passage]:

@@ -1,11 +1,12 @@
 """Turn any corpus spec into the one FlashRAG jsonl file the gateway reads.
 
 A plain JSON-lines file, neither chunked nor column-mapped, is used where it lies: corpora can be
-20 GB. Anything else (parquet, `save_to_disk`, Hugging Face, chunked, mapped) is streamed once
-into `cache_dir/corpus-<key>.jsonl`, written to a temporary file and renamed, and reused while
-the key holds. The key covers the spec, the size and modification time of every local source
-file, and the output format version. A Hub dataset has no local file to watch: delete its
-`corpus-*.jsonl` to re-read it.
+20 GB. Anything else (parquet, `save_to_disk`, a folder of documents, Hugging Face, chunked,
+mapped) is streamed once into `cache_dir/corpus-<key>.jsonl`, written to a temporary file and
+renamed, and reused while the key holds. The key covers the spec (with the chunk size actually
+used), the size and modification time of every local source file (for a folder, of every
+document file it reads), and the output format version. A Hub dataset has no local file to
+watch: delete its `corpus-*.jsonl` to re-read it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from rollout.data.folder import folder_stamp, is_source_folder
 from rollout.data.loaders import CORPUS_FORMAT, iter_corpus_spec
 from rollout.data.sources import is_plain_jsonl
 from rollout.data.specs import CorpusSpec
@@ -60,11 +62,15 @@ def materialize_corpus(spec: CorpusSpec, cache_dir: Path) -> Path:
 def _cache_key(spec: CorpusSpec) -> str:
     settings: dict[str, Any] = {f.name: getattr(spec, f.name) for f in fields(spec)}
     settings["columns"] = dict(sorted(dict(spec.columns).items()))
+    # A folder's default chunk size is part of what is written; other specs keep their keys (same value).
+    settings["chunk_tokens"] = spec.effective_chunk_tokens()
     if spec.data_files is not None and not isinstance(spec.data_files, str):
         settings["data_files"] = list(spec.data_files)
     if spec.path:
-        settings["path"] = str(Path(spec.path).expanduser().resolve())
-        stamp = _stamp(Path(settings["path"]))
+        path = Path(spec.path).expanduser().resolve()
+        settings["path"] = str(path)
+        # Only the files a folder corpus reads: an edit under .git or to a script must not rewrite it.
+        stamp = folder_stamp(path) if is_source_folder(path) else _stamp(path)
     else:
         assert spec.hf_name is not None  # check() guarantees one source
         local = Path(spec.hf_name).expanduser()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from rollout.data.folder import DOCUMENT_SUFFIXES, FOLDER_CHUNK_TOKENS, is_source_folder
 from rollout.errors import DataError
 
 CORPUS_FIELDS = ("id", "contents", "title", "text", "doc_id")
@@ -22,8 +24,9 @@ class CorpusSpec:
     """A corpus source (`dataset.corpus`)."""
 
     path: str | None = None
-    """A .jsonl/.json file (FlashRAG `contents`, or id/title/text), a .parquet file, or a
-    directory written by `datasets.Dataset.save_to_disk`."""
+    """A .jsonl/.json file (FlashRAG `contents`, or id/title/text), a .parquet file, a
+    directory written by `datasets.Dataset.save_to_disk`, or any other directory: a folder whose
+    .txt and .md files are the documents (`rollout.data.folder`)."""
     hf_name: str | None = None
     """A Hugging Face dataset name, or a local dataset script or directory, read with
     `datasets.load_dataset` (offline from the local cache when `HF_DATASETS_OFFLINE=1`)."""
@@ -37,7 +40,8 @@ class CorpusSpec:
     """Our field -> the source's column: `id`, `contents` or `title` + `text`, `doc_id`.
     A field not mapped is read from the column of the same name."""
     chunk_tokens: int | None = None
-    """Split documents longer than this many whitespace tokens into passages (None: never)."""
+    """Split documents longer than this many whitespace tokens into passages (None: never, except
+    for a folder of documents, which is chunked by `FOLDER_CHUNK_TOKENS`)."""
     chunk_overlap: int = 32
     """Tokens shared by consecutive chunks of one document."""
 
@@ -48,8 +52,24 @@ class CorpusSpec:
         """Raise `DataError` naming the setting to fix when the spec cannot be loaded."""
         _check_source("corpus", self.path, self.hf_name, self.data_files)
         _check_columns("corpus", self.columns, CORPUS_FIELDS)
-        if self.chunk_tokens is not None:
-            check_chunking(self.chunk_tokens, self.chunk_overlap)
+        if self.columns and self.is_folder():
+            unset = " ".join(f"dataset.corpus.columns.{ours}=null" for ours in self.columns)
+            raise DataError(f"corpus: {self.path} is a folder of {'/'.join(DOCUMENT_SUFFIXES)} documents, whose ids "
+                            "and titles are the files' relative paths and whose text is their content, so columns "
+                            f"{dict(self.columns)} cannot apply; remove the mapping ({unset})")
+        chunk_tokens = self.effective_chunk_tokens()
+        if chunk_tokens is not None:
+            check_chunking(chunk_tokens, self.chunk_overlap)
+
+    def is_folder(self) -> bool:
+        """True when `path` is a folder of text documents (see `rollout.data.folder.is_source_folder`)."""
+        return bool(self.path) and is_source_folder(Path(str(self.path)))
+
+    def effective_chunk_tokens(self) -> int | None:
+        """The chunk size loading uses: `chunk_tokens`, or `FOLDER_CHUNK_TOKENS` for a folder when it is null."""
+        if self.chunk_tokens is None and self.is_folder():
+            return FOLDER_CHUNK_TOKENS
+        return self.chunk_tokens
 
     @property
     def source(self) -> str:

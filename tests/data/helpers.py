@@ -18,6 +18,18 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
     return path
 
 
+def write_folder(root: Path, files: dict[str, str | bytes]) -> Path:
+    """Write each relative path's text (or bytes) under `root`, creating folders; return `root`."""
+    for relpath, content in files.items():
+        path = root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return root
+
+
 def write_source(fmt: str, rows: list[dict[str, Any]], directory: Path, stem: str = "data") -> dict[str, Any]:
     """Write `rows` in format `fmt` under `directory`; return the spec fields that name the source."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -166,8 +166,10 @@ def test_bad_settings_name_the_fix(tmp_path: Path):
     with pytest.raises(DataError, match=r"unknown file type '\.csv'.*\.jsonl, \.json or \.parquet"):
         load_corpus_spec(CorpusSpec(path=str(tmp_path / "c.csv")))
     (tmp_path / "plain_dir").mkdir()
-    with pytest.raises(DataError, match="not one written by save_to_disk.*hf_name="):
+    with pytest.raises(DataError, match=r"plain_dir holds no documents.*\.md and \.txt.*hf_name="):
         load_corpus_spec(CorpusSpec(path=str(tmp_path / "plain_dir")))
+    with pytest.raises(DataError, match="not one written by save_to_disk.*hf_name="):
+        load_question_spec(QuestionSpec(path=str(tmp_path / "plain_dir")))
 
 
 def test_unknown_hf_dataset_offline_is_a_data_error_not_a_download(tmp_path: Path):

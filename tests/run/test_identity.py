@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from rollout.data import load_corpus
 from rollout.run.config import compose_run_config
 from rollout.run.dataset import prepare_data
 from rollout.run.identity import RunIdentity, identity_settings
@@ -80,3 +81,26 @@ def test_identity_hashes_the_dataset_content_but_not_its_limit(tmp_path):
     assert any(d.startswith("dataset.corpus_sha256: ") for d in diff)
     assert any(d.startswith("dataset.questions_sha256: ") for d in diff)
     assert RunIdentity.from_json(base.to_json()) == base
+
+
+def test_a_folder_corpus_is_prepared_and_its_edits_change_the_identity(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "guides" / "setup.md").write_text("Install the harness.", encoding="utf-8")
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"id": "q1", "question": "How?", "golden_answers": ["install"]}\n', encoding="utf-8")
+
+    def identity() -> tuple[RunIdentity, list[str]]:
+        cfg = compose_run_config("mode=sparse", "dataset=files", f"dataset.corpus.path={docs}/",
+                                 f"dataset.questions.path={qa}", f"cache_dir={tmp_path / 'cache'}")
+        data = prepare_data(cfg.dataset, cfg.cache_dir)
+        assert data.corpus_path.parent == tmp_path / "cache"
+        ids = [p.doc_id for p in load_corpus(data.corpus_path)]
+        return RunIdentity.of(cfg, [{"type": "function", "function": {"name": "search"}}], data), ids
+
+    base, doc_ids = identity()
+    assert doc_ids == ["guides/setup.md"] and identity()[0] == base
+    (docs / "faq.txt").write_text("Ask here.", encoding="utf-8")
+    changed, doc_ids = identity()
+    assert doc_ids == ["faq.txt", "guides/setup.md"]
+    assert [d.split(":")[0] for d in changed.differences(base)] == ["dataset.corpus_sha256"]
