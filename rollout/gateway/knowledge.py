@@ -1,9 +1,10 @@
 """The knowledge base a gateway serves: passages plus the indexes its tools need.
 
 Passage search ranks passages with one index. Document search and recall work on source
-documents (`Passage.source_id`): `search_documents` ranks passages with the sparse index and
-keeps each document's best passage score; `recall_documents` checks its arguments and hands the
-passages of the chosen documents to `rollout.retrieval.recall` (chunk, re-rank, cut to the budget).
+documents (`Passage.source_id`): `search_documents` ranks passages with one index (sparse, dense
+or hybrid) and keeps each document's best passage score; `recall_documents` checks its arguments
+and hands the passages of the chosen documents to `rollout.retrieval.recall` (chunk, re-rank, cut
+to a budget of the gateway's tokenizer's tokens).
 This module holds the tools' result models and argument limits; the retrieval itself is in
 `rollout.retrieval`.
 """
@@ -47,7 +48,8 @@ class DocumentHit(BaseModel):
     id: str = Field(description="Document id (the same as doc_id; pass it to recall_documents)")
     doc_id: str = Field(description="Source document id")
     title: str = Field(description="Title of the document's best-matching passage")
-    score: float = Field(description="BM25 score of the document's best-matching passage (higher is better)")
+    score: float = Field(description="Score of the document's best-matching passage (higher is better; scales "
+                                     "differ between retrievers)")
     rank: int = Field(description="1-based rank")
     num_passages: int = Field(description="Passages the document has in the corpus")
 
@@ -56,7 +58,9 @@ class DocumentSearchResult(BaseModel):
     """Structured content of a document search."""
 
     query: str = Field(description="The query as searched")
-    results: list[DocumentHit] = Field(description="Documents sharing words with the query, best first")
+    retriever: str = Field(description="Which index ranked them: sparse, dense or hybrid")
+    results: list[DocumentHit] = Field(description="Documents, best first (by keyword search: only those sharing a "
+                                                   "word with the query)")
 
 
 class RecalledPassage(BaseModel):
@@ -67,25 +71,25 @@ class RecalledPassage(BaseModel):
     chunk: int = Field(description="0-based chunk of the passage (passages longer than the chunk size are split)")
     title: str = Field(description="Passage title")
     text: str = Field(description="The chunk's text")
-    score: float = Field(description="BM25 score against the query, over the recalled chunks only")
+    score: float = Field(description="BM25 score against the query, over the recalled chunks only (0 without one)")
     rank: int = Field(description="1-based rank")
-    tokens: int = Field(description="Whitespace tokens of text")
+    tokens: int = Field(description="Tokens of text, by the gateway's tokenizer")
     truncated: bool = Field(description="True when the text was cut to fit the token budget")
 
 
 class RecallResult(BaseModel):
     """Structured content of a recall."""
 
-    query: str = Field(description="The query the chunks were ranked against")
+    query: str | None = Field(description="The query the chunks were ranked against (None: kept in document order)")
     doc_ids: list[str] = Field(description="Documents recalled from, as given or as found by search_documents")
-    max_tokens: int = Field(description="Token budget (whitespace tokens of text)")
-    total_tokens: int = Field(description="Whitespace tokens returned, at most max_tokens")
+    max_tokens: int = Field(description="Token budget, in tokens of the gateway's tokenizer")
+    total_tokens: int = Field(description="Tokens returned, at most max_tokens")
     results: list[RecalledPassage] = Field(description="Chunks, best first")
 
     def render(self) -> str:
         """The chunks as text for a model: a header per chunk, then its text."""
         if not self.results:
-            return f"No passages recalled for {self.query!r}."
+            return f"No passages recalled for {self.query!r}." if self.query else "No passages recalled."
         blocks = [
             f"[{r.rank}] {r.title} (doc {r.doc_id}, passage {r.id}, chunk {r.chunk}, score {r.score:.3f})\n{r.text}"
             for r in self.results
@@ -163,17 +167,39 @@ class KnowledgeBase:
             )
         return SearchResult(query=query, retriever=kind, results=results)
 
-    def search_documents(self, query: str, max_files: int | None = None) -> DocumentSearchResult:
-        """Rank source documents by their best passage's BM25 score; documents sharing no word are left out."""
-        query = self._check_query(query)
-        n = self.default_max_files if max_files is None else max_files
-        if not 1 <= n <= self.max_files:
-            raise ValueError(f"max_files must be between 1 and {self.max_files}, got {n}")
-        retriever = self.retrievers.get("sparse")
+    def retriever(self, kind: str) -> Retriever:
+        """The loaded index `kind` names; a ValueError (for the agent) when this gateway has not loaded it."""
+        retriever = self.retrievers.get(kind)
         if retriever is None:
-            raise ValueError("the sparse index is not loaded on this gateway")
+            raise ValueError(f"the {kind} index is not loaded on this gateway")
+        return retriever
+
+    def check_doc_ids(self, doc_ids: Sequence[str] | None, tool: str = "search_documents") -> list[str]:
+        """`doc_ids` without repeats, each a known document; a ValueError (for the agent) says which are not."""
+        docs = list(dict.fromkeys(str(d) for d in doc_ids or ()))
+        if not docs:
+            raise ValueError(f"doc_ids is empty: pass the doc_id values {tool} returned")
+        if len(docs) > self.max_files:
+            raise ValueError(f"at most {self.max_files} doc_ids per call, got {len(docs)}")
+        doc_rows = self.doc_rows()
+        unknown = [d for d in docs if d not in doc_rows]
+        if unknown:
+            raise ValueError(
+                f"unknown document ids: {', '.join(unknown)}. Pass ids that {tool} returned (results[].doc_id)"
+            )
+        return docs
+
+    def doc_passages(self, doc: str) -> list[Passage]:
+        """The passages of a known document, in corpus order."""
+        return [self.passages[row] for row in self.doc_rows()[doc]]
+
+    def rank_documents(self, kind: str, query: str, n: int) -> list[tuple[str, float, int]]:
+        """(document, best passage score, that passage's row) of the `n` best documents by index `kind`."""
+        retriever = self.retriever(kind)
         # Deep enough that documents split into many passages still yield n distinct documents.
         depth = min(len(self.passages), max(100, 10 * n))
+        if depth == 0:
+            return []
         hits = retriever.search([query], depth)
         best: dict[str, tuple[float, int]] = {}  # BM25 returns only passages that match (score above 0)
         for row, score in zip(hits.indices[0].tolist(), hits.scores[0].tolist(), strict=True):
@@ -181,42 +207,52 @@ class KnowledgeBase:
                 continue
             best[self.passages[row].source_id] = (score, row)
         ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))[:n]
+        return [(doc, score, row) for doc, (score, row) in ranked]
+
+    def check_count(self, name: str, value: int | None, default: int) -> int:
+        n = default if value is None else value
+        if not 1 <= n <= self.max_files:
+            raise ValueError(f"{name} must be between 1 and {self.max_files}, got {n}")
+        return n
+
+    def search_documents(self, query: str, max_files: int | None = None, kind: str = "sparse") -> DocumentSearchResult:
+        """Rank source documents by their best passage's score on index `kind`; by BM25, documents sharing no
+        word with the query are left out."""
+        query = self._check_query(query)
+        n = self.check_count("max_files", max_files, self.default_max_files)
         doc_rows = self.doc_rows()
         results = [
             DocumentHit(id=doc, doc_id=doc, title=self.passages[row].title, score=score, rank=i,
                         num_passages=len(doc_rows[doc]))
-            for i, (doc, (score, row)) in enumerate(ranked, start=1)
+            for i, (doc, score, row) in enumerate(self.rank_documents(kind, query, n), start=1)
         ]
-        return DocumentSearchResult(query=query, results=results)
+        return DocumentSearchResult(query=query, retriever=kind, results=results)
 
-    def recall_documents(self, query: str, max_tokens: int, doc_ids: Sequence[str] | None = None) -> RecallResult:
-        """The passages of `doc_ids` (or of a document search for `query`), chunked, re-ranked against
-        the query and cut to `max_tokens` whitespace tokens, best first."""
+    def recall_documents(
+        self, query: str, max_tokens: int, doc_ids: Sequence[str] | None = None, kind: str = "sparse"
+    ) -> RecallResult:
+        """The passages of `doc_ids` (or of a document search for `query` on index `kind`), chunked, re-ranked
+        against the query and cut to `max_tokens` tokens of the gateway's tokenizer, best first."""
         query = self._check_query(query)
+        docs = (self.check_doc_ids(doc_ids) if doc_ids
+                else [hit.doc_id for hit in self.search_documents(query, kind=kind).results])
+        return self.read_documents(query, docs, max_tokens, "max_tokens")
+
+    def read_documents(self, query: str | None, docs: Sequence[str], max_tokens: int, budget_name: str) -> RecallResult:
+        """The chunks of known documents `docs`, re-ranked against `query` when given, within `max_tokens`."""
         if not 1 <= max_tokens <= self.max_recall_tokens:
-            raise ValueError(f"max_tokens must be between 1 and {self.max_recall_tokens}, got {max_tokens}")
-        doc_rows = self.doc_rows()
-        if doc_ids:
-            docs = list(dict.fromkeys(str(d) for d in doc_ids))
-            if len(docs) > self.max_files:
-                raise ValueError(f"at most {self.max_files} doc_ids per call, got {len(docs)}")
-            unknown = [d for d in docs if d not in doc_rows]
-            if unknown:
-                raise ValueError(
-                    f"unknown document ids: {', '.join(unknown)}. Pass ids that search_documents returned "
-                    "(results[].doc_id), or leave doc_ids out to search by the query"
-                )
-        else:
-            docs = [hit.doc_id for hit in self.search_documents(query).results]
-        passages = [self.passages[row] for doc in docs for row in doc_rows[doc]]
-        kept = recall(query, passages, max_tokens=max_tokens, chunk_tokens=self.chunk_tokens, **self._bm25_options())
+            raise ValueError(f"{budget_name} must be between 1 and {self.max_recall_tokens}, got {max_tokens}")
+        passages = [p for doc in docs for p in self.doc_passages(doc)]
+        kept = recall(query, passages, max_tokens=max_tokens, chunk_tokens=self.chunk_tokens,
+                      counter=self.token_counter(), **self._bm25_options())
         results = [
             RecalledPassage(id=c.passage.id, doc_id=c.passage.source_id, chunk=c.chunk, title=c.passage.title,
                             text=c.text, score=c.score, rank=rank, tokens=c.tokens, truncated=c.truncated)
             for rank, c in enumerate(kept, start=1)
         ]
         used = sum(c.tokens for c in kept)
-        return RecallResult(query=query, doc_ids=docs, max_tokens=max_tokens, total_tokens=used, results=results)
+        return RecallResult(query=query, doc_ids=list(docs), max_tokens=max_tokens, total_tokens=used,
+                            results=results)
 
     def _bm25_options(self) -> dict[str, Any]:
         """Recall re-ranks with the sparse index's tokenizer and BM25 parameters (defaults without one)."""

@@ -1,9 +1,10 @@
 """Recall within a budget: chunk passages, re-rank the chunks against a query, keep the best that fit.
 
-Used by the gateway's `recall_documents` tool. Passages longer than `chunk_tokens` whitespace tokens
-are split into consecutive windows (the corpus chunker's, without overlap); the chunks are scored with
-Okapi BM25 whose document frequencies are taken over those chunks alone, and returned best first up to
-`max_tokens` whitespace tokens, the chunk that crosses the budget cut to fit.
+Used by the gateway's `recall_documents` and `chunk_documents` tools. Passages longer than `chunk_tokens`
+whitespace tokens are split into consecutive windows (the corpus chunker's, without overlap); the chunks
+are scored with Okapi BM25 whose document frequencies are taken over those chunks alone, and returned best
+first up to `max_tokens` tokens of the given tokenizer (`rollout.retrieval.token_count`), the chunk that
+crosses the budget cut where a token ends. Without a query the chunks keep the order given.
 
 The IDF here is Lucene's, ln(1 + (N - df + 0.5) / (df + 0.5)), not the index's Robertson IDF: over a
 handful of chunks a term in most of them would get a zero or negative weight, and re-ranking a few
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from rollout.data.chunking import iter_chunks
 from rollout.records import Passage
+from rollout.retrieval.token_count import TokenCounter
 from rollout.retrieval.tokenizer import tokenize_batch
 
 DEFAULT_K1 = 1.5
@@ -36,9 +38,9 @@ class RecalledChunk:
     text: str
     """The chunk's text, cut to the budget when `truncated`."""
     score: float
-    """BM25 score against the query, over the recalled chunks only."""
+    """BM25 score against the query, over the recalled chunks only (0 without a query)."""
     tokens: int
-    """Whitespace tokens of `text`."""
+    """Tokens of `text`, by the budget's tokenizer."""
     truncated: bool
     """True when the text was cut to fit the budget."""
 
@@ -65,28 +67,34 @@ def bm25_scores(
 
 
 def recall(
-    query: str, passages: Sequence[Passage], *, max_tokens: int, chunk_tokens: int, k1: float = DEFAULT_K1,
-    b: float = DEFAULT_B, stopwords: bool = True, stemming: bool = False,
+    query: str | None, passages: Sequence[Passage], *, max_tokens: int, chunk_tokens: int, counter: TokenCounter,
+    k1: float = DEFAULT_K1, b: float = DEFAULT_B, stopwords: bool = True, stemming: bool = False,
 ) -> list[RecalledChunk]:
-    """The chunks of `passages` most relevant to `query`, best first (ties keep corpus order), within
-    `max_tokens` whitespace tokens."""
+    """The chunks of `passages` most relevant to `query` (in the given order without one), best first (ties
+    keep corpus order), within `max_tokens` tokens counted by `counter`."""
     chunks = [
         (p, number, chunk)
         for p in passages
         for number, chunk in enumerate(iter_chunks(p, max_tokens=chunk_tokens, overlap=0))
     ]
-    scores = bm25_scores(query, [c.contents for _, _, c in chunks], k1=k1, b=b, stopwords=stopwords,
-                         stemming=stemming)
+    if query is None:
+        scores = [0.0] * len(chunks)
+    else:
+        scores = bm25_scores(query, [c.contents for _, _, c in chunks], k1=k1, b=b, stopwords=stopwords,
+                             stemming=stemming)
+    order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
+    sizes = counter.count_batch([chunks[i][2].text for i in order])
     kept: list[RecalledChunk] = []
     used = 0
-    for i in sorted(range(len(chunks)), key=lambda i: (-scores[i], i)):
+    for i, size in zip(order, sizes, strict=True):
         if used >= max_tokens:
             break
         passage, number, chunk = chunks[i]
-        words = chunk.text.split()
-        truncated = used + len(words) > max_tokens
-        text = " ".join(words[: max_tokens - used]) if truncated else chunk.text
-        tokens = min(len(words), max_tokens - used)
+        truncated = used + size > max_tokens
+        text = counter.truncate(chunk.text, max_tokens - used) if truncated else chunk.text
+        tokens = counter.count(text) if truncated else size
+        if not text:
+            break
         used += tokens
         kept.append(RecalledChunk(passage, number, text, scores[i], tokens, truncated))
     return kept
