@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from rollout.gateway.steps import RecentResults, StepSettings
 from rollout.records import Passage
 from rollout.retrieval import Retriever
 from rollout.retrieval.recall import recall
@@ -122,6 +123,10 @@ class KnowledgeBase:
     """Passages longer than this many whitespace tokens are recalled in chunks."""
     tokenizer: TokenCounter | None = None
     """Counts context tokens and cuts budgets (`tokenizer=`); None loads the bundled encoder's on first use."""
+    steps: StepSettings = field(default_factory=StepSettings)
+    """How the step tools score and answer (LLM endpoint or offline), and the root of a folder corpus."""
+    recent: RecentResults = field(default_factory=RecentResults, repr=False, compare=False)
+    """Each task's last scored document list, for `visualize_doc_relevance`."""
     _doc_rows: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def token_counter(self) -> TokenCounter:
@@ -139,7 +144,7 @@ class KnowledgeBase:
             self._doc_rows = {doc: tuple(r) for doc, r in rows.items()}
         return self._doc_rows
 
-    def _check_query(self, query: str) -> str:
+    def check_query(self, query: str) -> str:
         query = query.strip()
         if not query:
             raise ValueError("query is empty: pass the words to search for")
@@ -149,7 +154,7 @@ class KnowledgeBase:
 
     def search(self, kind: str, query: str, top_k: int | None) -> SearchResult:
         """Rank passages for one query; argument problems raise ValueError for the agent to read."""
-        query = self._check_query(query)
+        query = self.check_query(query)
         k = self.default_top_k if top_k is None else top_k
         if not 1 <= k <= self.max_top_k:
             raise ValueError(f"top_k must be between 1 and {self.max_top_k}, got {k}")
@@ -218,7 +223,7 @@ class KnowledgeBase:
     def search_documents(self, query: str, max_files: int | None = None, kind: str = "sparse") -> DocumentSearchResult:
         """Rank source documents by their best passage's score on index `kind`; by BM25, documents sharing no
         word with the query are left out."""
-        query = self._check_query(query)
+        query = self.check_query(query)
         n = self.check_count("max_files", max_files, self.default_max_files)
         doc_rows = self.doc_rows()
         results = [
@@ -233,7 +238,7 @@ class KnowledgeBase:
     ) -> RecallResult:
         """The passages of `doc_ids` (or of a document search for `query` on index `kind`), chunked, re-ranked
         against the query and cut to `max_tokens` tokens of the gateway's tokenizer, best first."""
-        query = self._check_query(query)
+        query = self.check_query(query)
         docs = (self.check_doc_ids(doc_ids) if doc_ids
                 else [hit.doc_id for hit in self.search_documents(query, kind=kind).results])
         return self.read_documents(query, docs, max_tokens, "max_tokens")
@@ -244,7 +249,7 @@ class KnowledgeBase:
             raise ValueError(f"{budget_name} must be between 1 and {self.max_recall_tokens}, got {max_tokens}")
         passages = [p for doc in docs for p in self.doc_passages(doc)]
         kept = recall(query, passages, max_tokens=max_tokens, chunk_tokens=self.chunk_tokens,
-                      counter=self.token_counter(), **self._bm25_options())
+                      counter=self.token_counter(), **self.bm25_options())
         results = [
             RecalledPassage(id=c.passage.id, doc_id=c.passage.source_id, chunk=c.chunk, title=c.passage.title,
                             text=c.text, score=c.score, rank=rank, tokens=c.tokens, truncated=c.truncated)
@@ -254,7 +259,7 @@ class KnowledgeBase:
         return RecallResult(query=query, doc_ids=list(docs), max_tokens=max_tokens, total_tokens=used,
                             results=results)
 
-    def _bm25_options(self) -> dict[str, Any]:
+    def bm25_options(self) -> dict[str, Any]:
         """Recall re-ranks with the sparse index's tokenizer and BM25 parameters (defaults without one)."""
         params = getattr(self.retrievers.get("sparse"), "params", None)
         if params is None:

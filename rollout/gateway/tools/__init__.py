@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.tools import documents, rag, system, toolset_tools
+from rollout.gateway.tools import documents, rag, steps, system, toolset_tools
 
-_MODULES = (rag, documents, system, toolset_tools)
+_MODULES = (rag, documents, steps, system, toolset_tools)
 
 
 def builtin_registry() -> ToolRegistry:
-    """A new registry holding every shipped tool group (rag_query*, rag_search, rag_recall, system_info, toolsets)."""
+    """A new registry holding every shipped tool group (rag_query*, rag_search*, rag_recall*, the pipeline steps, system_info, toolsets)."""
     registry = ToolRegistry()
     for module in _MODULES:
         module.register(registry)
