@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.tools import documents, rag, steps, system, toolset_tools
+from rollout.gateway.tools import documents, pipeline, rag, system, toolset_tools
 
-_MODULES = (rag, documents, steps, system, toolset_tools)
+_MODULES = (rag, documents, pipeline, system, toolset_tools)
 
 
 def builtin_registry() -> ToolRegistry:
