@@ -93,6 +93,10 @@ class GatewayModule(BaseModel):
         return {**data, "tool_groups": names, "group_options": options}
 
 
+STEP_LLM_GROUPS = ("rag_filter", "rag_generate")
+"""Tool groups whose tools call the run's `llm:` endpoint when one is configured (relevance filter, answer)."""
+
+
 class GatewayFile(BaseModel):
     """A gateway file as written on disk."""
 
@@ -109,6 +113,11 @@ class GatewayFile(BaseModel):
     def tool_groups(self) -> list[str]:
         """All groups named by the modules (an upstream module's is its `name`), de-duplicated, in order."""
         return list(dict.fromkeys(g for m in self.modules for g in m.group_names))
+
+    @property
+    def uses_step_llm(self) -> bool:
+        """Whether a group it serves asks the run's LLM endpoint itself (`STEP_LLM_GROUPS`)."""
+        return any(g in STEP_LLM_GROUPS for g in self.tool_groups())
 
     def group_entry(self, name: str) -> ToolGroupEntry:
         """How the file writes group `name`: its object form, or the defaults for a plain string."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -29,10 +30,12 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, bind_socket, build_gateway, serve
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway.steps import StepSettings
 from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.retrieval import load_or_build_indexes
 from rollout.retrieval.params import RetrievalParams
+from rollout.retrieval.token_count import load_token_counter
 from rollout.run_folder import CALLS_FILE, STATS_DIR
 from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
 
@@ -59,6 +62,17 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
         "--retriever-config", type=Path, default=CONF_DIR / "retriever" / "default.yaml",
         help="index parameters (YAML or JSON, the shape of conf/retriever/default.yaml)",
     )
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer that counts context tokens and cuts token budgets: a tokenizer.json file, a folder "
+                        "holding one, or a Hugging Face name (default: the bundled encoder's)")
+    p.add_argument("--llm-config", type=Path, default=None,
+                   help="JSON file with an llm: block (base_url, model, api_key_env, ...): filter_documents and "
+                        "generate_answer ask this endpoint (default: their offline scorer and reader)")
+    p.add_argument("--offline-steps", action=argparse.BooleanOptionalAction, default=True,
+                   help="without --llm-config, filter and generate offline (encoder score, extractive reader); "
+                        "--no-offline-steps makes them answer with an error instead")
+    p.add_argument("--sources-root", type=Path, default=None,
+                   help="the folder a folder corpus was read from: search_sources paths are relative to it")
     p.add_argument("--default-top-k", type=int, default=5)
     p.add_argument("--max-top-k", type=int, default=50)
     p.add_argument("--transport", choices=list(MCP_PATHS), default="streamable-http",
@@ -104,7 +118,22 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str],
     # run's timeline as the rest of the time to "gateway ready".
     logger.info("Knowledge base ready in %.1f s: corpus %.1f s, indexes %.1f s, first query %.1f s",
                 warmed - started, read - started, loaded - read, warmed - loaded)
-    return KnowledgeBase(passages, retrievers, default_top_k=args.default_top_k, max_top_k=args.max_top_k)
+    return KnowledgeBase(passages, retrievers, default_top_k=args.default_top_k, max_top_k=args.max_top_k,
+                         tokenizer=load_token_counter(args.tokenizer), steps=step_settings(args))
+
+
+def step_settings(args: argparse.Namespace) -> StepSettings:
+    """How the step tools score and answer: `--llm-config`'s endpoint, else offline unless `--no-offline-steps`."""
+    llm = None
+    if args.llm_config is not None:
+        from rollout.agents.llm_client import LLMSettings  # imports openai: only when an endpoint is configured
+
+        try:
+            block = json.loads(Path(args.llm_config).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--llm-config {args.llm_config}: not a readable JSON llm block ({e})") from e
+        llm = LLMSettings.from_config(block)
+    return StepSettings(llm=llm, offline=args.offline_steps, sources_root=args.sources_root)
 
 
 def corpus_of(args: argparse.Namespace, cache_dir: Path) -> Path:

@@ -38,6 +38,10 @@ logger = logging.getLogger("rollout.gateway")
 DEPLOYMENT_NAME = "RolloutGateway"
 
 
+PER_TASK_GROUP = "rag_visualize"
+"""The tool group that keeps per-task state (`visualize_doc_relevance` shows a task's last results)."""
+
+
 def check_replicable(argv: list[str]) -> None:
     """Refuse what replicas cannot serve: a `ConfigError` naming the setting and the fix."""
     args = build_parser().parse_args(argv)
@@ -46,9 +50,13 @@ def check_replicable(argv: list[str]) -> None:
     if args.transport != "streamable-http":
         raise ConfigError(f"gateway.replicas > 1 serves streamable-http only; set gateway.transport=streamable-http "
                           f"(got {args.transport}: an SSE stream must come back to the replica that opened it)")
-    if plan_gateway(load_gateway_file(args.config)).dynamic:
+    gateway = load_gateway_file(args.config)
+    if plan_gateway(gateway).dynamic:
         raise ConfigError(f"{args.config} lets tasks load tool sets, which each replica would track apart; "
                           "use a static gateway file with gateway.replicas > 1, or gateway.replicas=1")
+    if PER_TASK_GROUP in gateway.tool_groups():
+        raise ConfigError(f"{args.config} serves {PER_TASK_GROUP}, which shows each task's last results as one "
+                          "replica remembers them; drop it from the gateway file, or use gateway.replicas=1")
 
 
 def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:

@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rollout.errors import ConfigError
+from rollout.gateway_file import load_gateway_file
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 from rollout.run.dataset import DatasetConfig
@@ -44,6 +45,9 @@ class GatewayConfig:
     """CPUs Ray reserves for each Serve replica."""
     autoscaling: dict[str, Any] | None = None
     """Ray Serve `autoscaling_config` for the replicas (min_replicas, max_replicas, target_ongoing_requests, ...)."""
+    offline_steps: bool = True
+    """Without an LLM endpoint, the step tools filter with the encoder and answer with the extractive reader;
+    False makes filter_documents and generate_answer answer with an error instead. Part of the run's identity."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,11 @@ class RunConfig:
     """Base seed of the run's sampling; repeat r gets seed + r. Part of the run's identity."""
     score_failed: bool = False
     """Score failed tasks (error, timeout, infra_error) as wrong answers instead of leaving them out."""
+    tokenizer: str | None = None
+    """Tokenizer of the gateway's token budgets and context counts (None: the bundled encoder's). Part of the
+    run's identity."""
+    llm: dict[str, Any] | None = None
+    """The `llm:` block; the gateway's filter and answer tools use it when `llm.model` is set."""
     overrides: tuple[str, ...] = ()
     """The command-line overrides that change the run's identity (they name the default output folder)."""
 
@@ -111,7 +120,9 @@ class RunConfig:
                 repeats=int(c.get("repeats", 1)),
                 seed=int(c.get("seed", 0)),
                 score_failed=bool(c.get("score_failed", False)),
-                overrides=tuple(_job_identity_overrides(c["agent"])),
+                tokenizer=c.get("tokenizer"),
+                llm=c.get("llm"),
+                overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"])),
             )
         except TypeError as e:
             raise ConfigError(f"unexpected config key: {e}. Check your overrides against conf/") from e
@@ -125,6 +136,13 @@ class RunConfig:
             raise ConfigError("gateway.replicas applies to a gateway the run starts, and gateway.url names one "
                               "already running: drop one of the two")
         return run
+
+    def step_llm(self) -> dict[str, Any] | None:
+        """The `llm:` block the gateway's step tools ask: set when `llm.model` is and the gateway file serves a
+        group that asks an LLM (`STEP_LLM_GROUPS`); None leaves them offline."""
+        if not (self.llm or {}).get("model"):
+            return None
+        return self.llm if load_gateway_file(self.gateway_config_path).uses_step_llm else None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -149,8 +167,14 @@ def _job_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
-def _job_identity_overrides(agent: Any) -> list[str]:
+def _job_identity_overrides(agent: Any, gateway_config_path: Any = None) -> list[str]:
+    """The job's identity overrides; `llm.*` count when the agent or the gateway file's step tools use the LLM."""
     uses_llm = isinstance(agent, dict | DictConfig) and "llm" in agent
+    if not uses_llm and gateway_config_path:
+        try:
+            uses_llm = load_gateway_file(resolve_project_path(str(gateway_config_path))).uses_step_llm
+        except ConfigError:
+            pass  # a missing or bad gateway file is reported when the run starts, with its fix
     return identity_overrides(_job_overrides(), uses_llm=uses_llm)
 
 
@@ -160,7 +184,7 @@ def _run_suffix_resolver(*, _root_: DictConfig) -> str:
     Not Hydra's `override_dirname`: its `exclude_keys` is a fixed list of exact keys, while a folder
     must name exactly the identity overrides, which are prefix rules and depend on the agent (`llm.*`).
     """
-    return run_suffix(_job_identity_overrides(_root_.get("agent")))
+    return run_suffix(_job_identity_overrides(_root_.get("agent"), _root_.get("gateway_config_path")))
 
 
 OmegaConf.register_new_resolver("run_suffix", _run_suffix_resolver, replace=True)

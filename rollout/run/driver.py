@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from envs.http_mcp_rag_env import keep_rag_modules
+from rollout.data import is_source_folder
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.events import AnyEvent
 from rollout.gateway.plan import plan_gateway
@@ -57,8 +58,20 @@ class RunOutcome:
     summary: RunSummary
 
 
-def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
-    """The gateway's command line; paths are absolute, as Serve replicas do not start in the run's directory."""
+def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path, llm_config: Path | None = None) -> list[str]:
+    """The gateway's command line; paths are absolute, as Serve replicas do not start in the run's directory.
+
+    `llm_config` (the run's `llm:` block as JSON) is passed when the gateway file's step tools ask an LLM."""
+    extra = []
+    if cfg.tokenizer:
+        extra += ["--tokenizer", str(cfg.tokenizer)]
+    if not cfg.gateway.offline_steps:
+        extra.append("--no-offline-steps")
+    if llm_config is not None:
+        extra += ["--llm-config", str(llm_config.resolve())]
+    corpus = cfg.dataset.corpus.path
+    if cfg.dataset.kind == "files" and corpus and is_source_folder(corpus):
+        extra += ["--sources-root", str(Path(corpus).resolve())]
     return [
         "--config", str(cfg.gateway_config_path.resolve()),
         "--corpus", str(corpus_path.resolve()),
@@ -72,6 +85,7 @@ def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> l
         # The token reaches the child through GatewayProcess's environment, never its command line.
         "--tool-timeout-s", str(cfg.gateway.tool_timeout_s or cfg.gateway.call_timeout_s),
         "--threads-per-group", str(cfg.gateway.threads_per_group),
+        *extra,
     ]
 
 
@@ -99,7 +113,11 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
     with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
         retriever_config = Path(tmp) / "retriever.json"
         retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-        args = gateway_args(cfg, corpus_path, retriever_config)
+        llm_config = None
+        if (llm := cfg.step_llm()) is not None:
+            llm_config = Path(tmp) / "llm.json"
+            llm_config.write_text(json.dumps(llm), encoding="utf-8")
+        args = gateway_args(cfg, corpus_path, retriever_config, llm_config)
         token = cfg.gateway.auth_token
         host = gateway_host(cfg)
         if not is_loopback(host) and not resolve_token(token):

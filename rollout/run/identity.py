@@ -55,11 +55,15 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
         "agent": agent,
         "retriever": cfg.retriever.to_dict(),
         "dataset": asdict(cfg.dataset),
-        "gateway": {"default_top_k": cfg.gateway.default_top_k, "max_top_k": cfg.gateway.max_top_k},
+        "gateway": {"default_top_k": cfg.gateway.default_top_k, "max_top_k": cfg.gateway.max_top_k,
+                    "offline_steps": cfg.gateway.offline_steps},
+        "tokenizer": cfg.tokenizer,
         "repeats": cfg.repeats,
         "seed": cfg.seed,
         "score_failed": cfg.score_failed,
     }
+    if not isinstance(llm, Mapping) and cfg.step_llm() is not None:
+        llm = cfg.step_llm()  # the gateway's filter and answer tools ask the endpoint: its settings decide results
     if isinstance(llm, Mapping):
         tree["llm"] = llm
     flat: dict[str, Any] = {}
