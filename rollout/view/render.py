@@ -18,6 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from rollout.accounting import TaskAccounting
 from rollout.events import (
     AnyEvent,
     CompletionEvent,
@@ -28,6 +29,7 @@ from rollout.events import (
     ToolResultEvent,
 )
 from rollout.records import TaskResult
+from rollout.relevance_view import is_relevance_view
 from rollout.report.metrics import exact_match
 
 STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red"}
@@ -264,7 +266,10 @@ def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip) -> No
             gist = Text(e.outcome, style="green" if e.ok else "bold red")
             gist.append(f" · {e.latency_ms:.0f} ms · {e.name}{_ids(e.result_ids, clip_)}")
             console.print(_event_line(offset, "result", "green" if e.ok else "red", gist))
-            _body(console, e.text, "" if e.ok else "red", clip_.chars, clip_.result_lines, clip_.line_chars)
+            if is_relevance_view(e.text):  # compact by design: the chart the agent read, shown whole
+                _body(console, e.text, "", len(e.text), len(e.text.splitlines()), clip_.line_chars)
+            else:
+                _body(console, e.text, "" if e.ok else "red", clip_.chars, clip_.result_lines, clip_.line_chars)
         case CompletionEvent():
             gist = Text(e.prediction, style="bold green") + Text(f" · {e.turns} turns", style="dim")
             console.print(_event_line(offset, "answer", "bold green", gist))
@@ -320,9 +325,21 @@ def render_task(console: Console, task: TaskResult, *, full: bool = False) -> No
     if not task.events:
         _render_messages(console, task, clip_)
         return
+    if task.accounting is not None:
+        _render_accounting(console, task.accounting)
     t0 = task.events[0].t
     for e in task.events:
         _render_event(console, e, f"+{e.t - t0:.3f}s", clip_)
+
+
+def _render_accounting(console: Console, acc: TaskAccounting) -> None:
+    """Where the task's time and tokens went (`rollout.accounting`), two lines."""
+    tools = ", ".join(f"{name} {s:.2f}" for name, s in sorted(acc.tool_s.items(), key=lambda kv: -kv[1]))
+    time_line = f"time {acc.total_s:.2f} s: llm {acc.llm_s:.2f} · tools {acc.tool_total_s:.2f}"
+    time_line += f" ({tools})" if tools else ""
+    console.print(Text(f"{time_line} · waiting {acc.waiting_s:.2f}", style="dim"))
+    tokens = " · ".join(f"{stage} {n}" for stage, n in acc.tokens.items() if n)
+    console.print(Text(f"tokens: {tokens or 'none counted'}", style="dim"))
 
 
 # --- live events (watch=true) -------------------------------------------------------------------
