@@ -67,6 +67,7 @@ from envs.mcp_session import McpSession
 from envs.mcp_transport import describe
 from envs.schema import mcp_tool_to_function
 from rollout.wire import (
+    META_ACCOUNTING,
     META_ATTEMPT,
     META_CALL_ID,
     META_GROUP,
@@ -268,7 +269,9 @@ def _result_fields(result: CallToolResult) -> dict[str, Any]:
     content = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.content]
     text = "\n".join(c.get("text", "") for c in content if c.get("type") == "text").strip()
     return {"is_error": bool(result.is_error), "text": text, "content": content,
-            "structured_content": result.structured_content}
+            "structured_content": result.structured_content,
+            # What the call cost (`rollout.accounting.CallAccounting`): stage, context tokens, the tool's LLM tokens.
+            "accounting": (result.meta or {}).get(META_ACCOUNTING)}
 
 
 def _answer(status: int, body: dict[str, Any]) -> JSONResponse:

@@ -7,6 +7,7 @@ import pytest
 
 from rollout.gateway.proxy import MAX_BODY_BYTES
 from rollout.report import load_calls
+from rollout.retrieval.token_count import load_token_counter
 from tests.gateway.loopback import SPARSE_MODULE, gateway_file, gateway_served, sparse_kb, upstream_on_loopback
 
 
@@ -31,6 +32,8 @@ def test_200_with_structured_content_text_and_ids_in_stats(served, tmp_path):
     assert body["outcome"] == "ok" and body["is_error"] is False and body["call_id"] == "call-1"
     assert body["structured_content"]["results"][0]["id"] == "d1"
     assert "Veltrix Holdings" in body["text"]
+    assert body["accounting"]["stage"] == "retrieval"
+    assert body["accounting"]["context_tokens"] == load_token_counter(None).count(body["text"])
     assert r.headers["X-Call-Id"] == "call-1"
     stats = load_calls(tmp_path)
     assert stats[["call_id", "task_id", "worker_id", "outcome"]].values.tolist() == [["call-1", "task-7", "curl", "ok"]]
