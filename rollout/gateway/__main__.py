@@ -65,9 +65,10 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer that counts context tokens and cuts token budgets: a tokenizer.json file, a folder "
                         "holding one, or a Hugging Face name (default: the bundled encoder's)")
-    p.add_argument("--llm-config", type=Path, default=None,
-                   help="JSON file with an llm: block (base_url, model, api_key_env, ...): filter_documents and "
-                        "generate_answer ask this endpoint (default: their offline scorer and reader)")
+    p.add_argument("--llm-config", default=None,
+                   help="an llm: block as JSON, inline or in a file (base_url, model, api_key_env naming the key's "
+                        "variable, ...): filter_documents and generate_answer ask this endpoint (default: their "
+                        "offline scorer and reader)")
     p.add_argument("--offline-steps", action=argparse.BooleanOptionalAction, default=True,
                    help="without --llm-config, filter and generate offline (encoder score, extractive reader); "
                         "--no-offline-steps makes them answer with an error instead")
@@ -128,10 +129,12 @@ def step_settings(args: argparse.Namespace) -> StepSettings:
     if args.llm_config is not None:
         from rollout.agents.llm_client import LLMSettings  # imports openai: only when an endpoint is configured
 
+        raw = str(args.llm_config)
         try:
-            block = json.loads(Path(args.llm_config).read_text(encoding="utf-8"))
+            # Inline from a run (a Serve replica on another node has no copy of the driver's files), or a file.
+            block = json.loads(raw if raw.lstrip().startswith("{") else Path(raw).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise ConfigError(f"--llm-config {args.llm_config}: not a readable JSON llm block ({e})") from e
+            raise ConfigError(f"--llm-config {raw}: not a readable JSON llm block ({e})") from e
         llm = LLMSettings.from_config(block)
     return StepSettings(llm=llm, offline=args.offline_steps, sources_root=args.sources_root)
 

@@ -58,17 +58,18 @@ class RunOutcome:
     summary: RunSummary
 
 
-def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path, llm_config: Path | None = None) -> list[str]:
+def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
     """The gateway's command line; paths are absolute, as Serve replicas do not start in the run's directory.
 
-    `llm_config` (the run's `llm:` block as JSON) is passed when the gateway file's step tools ask an LLM."""
+    The run's `llm:` block goes inline when the gateway file's step tools ask an LLM (`RunConfig.step_llm`): it
+    names the key's environment variable, never the key."""
     extra = []
     if cfg.tokenizer:
         extra += ["--tokenizer", str(cfg.tokenizer)]
     if not cfg.gateway.offline_steps:
         extra.append("--no-offline-steps")
-    if llm_config is not None:
-        extra += ["--llm-config", str(llm_config.resolve())]
+    if (llm := cfg.step_llm()) is not None:
+        extra += ["--llm-config", json.dumps(llm)]
     corpus = cfg.dataset.corpus.path
     if cfg.dataset.kind == "files" and corpus and is_source_folder(corpus):
         extra += ["--sources-root", str(Path(corpus).resolve())]
@@ -113,11 +114,7 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
     with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
         retriever_config = Path(tmp) / "retriever.json"
         retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-        llm_config = None
-        if (llm := cfg.step_llm()) is not None:
-            llm_config = Path(tmp) / "llm.json"
-            llm_config.write_text(json.dumps(llm), encoding="utf-8")
-        args = gateway_args(cfg, corpus_path, retriever_config, llm_config)
+        args = gateway_args(cfg, corpus_path, retriever_config)
         token = cfg.gateway.auth_token
         host = gateway_host(cfg)
         if not is_loopback(host) and not resolve_token(token):

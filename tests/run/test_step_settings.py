@@ -37,22 +37,24 @@ def test_gateway_command_line_carries_the_step_settings(tmp_path):
     (docs / "a.md").write_text("Alpha.", encoding="utf-8")
     cfg = compose_run_config(
         "mode=hybrid", "dataset=files", f"dataset.corpus.path={docs}", f"dataset.questions.path={tmp_path / 'q.jsonl'}",
-        "tokenizer=/models/llm", "gateway.offline_steps=false",
+        "tokenizer=/models/llm", "gateway.offline_steps=false", PIPELINE, "llm.model=m1",
     )
-    args = gateway_args(cfg, tmp_path / "corpus.jsonl", tmp_path / "retriever.json", tmp_path / "llm.json")
+    args = gateway_args(cfg, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")
     joined = " ".join(args)
-    assert "--tokenizer /models/llm" in joined and "--no-offline-steps" in args
-    assert f"--llm-config {tmp_path / 'llm.json'}" in joined and f"--sources-root {docs}" in joined
+    assert "--tokenizer /models/llm" in joined and "--no-offline-steps" in args and f"--sources-root {docs}" in joined
+    block = json.loads(args[args.index("--llm-config") + 1])  # inline: a replica on another node reads no file
+    assert block["model"] == "m1" and block["api_key_env"] == "OPENAI_API_KEY"
     plain = gateway_args(compose_run_config("mode=hybrid"), tmp_path / "c.jsonl", tmp_path / "r.json")
     assert not {"--tokenizer", "--no-offline-steps", "--llm-config", "--sources-root"} & set(plain)
 
 
 def test_the_gateway_reads_the_llm_block_and_names_a_bad_one(tmp_path):
+    block = json.dumps({"base_url": "http://127.0.0.1:9/v1", "model": "m1", "api_key_env": None})
     good = tmp_path / "llm.json"
-    good.write_text(json.dumps({"base_url": "http://127.0.0.1:9/v1", "model": "m1", "api_key_env": None}))
-    args = argparse.Namespace(llm_config=good, offline_steps=False, sources_root=None)
-    steps = step_settings(args)
-    assert steps.llm is not None and steps.llm.model == "m1" and steps.offline is False
+    good.write_text(block)
+    for given in (str(good), block):
+        steps = step_settings(argparse.Namespace(llm_config=given, offline_steps=False, sources_root=None))
+        assert steps.llm is not None and steps.llm.model == "m1" and steps.offline is False
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="--llm-config .*bad.json: not a readable JSON llm block"):
