@@ -144,7 +144,7 @@ def _float_or_none(value: Any) -> float | None:
 @dataclass(frozen=True, slots=True)
 class RunAccounting:
     """Where a run's tasks spent their time and tokens: means per task over every record summarised (scored or
-    not: a failed task cost its time and tokens too), and per tool (`rollout.report.accounting`)."""
+    not: a failed task cost its time and tokens too), and per tool (`rollout.report.costs`)."""
 
     tasks: int
     """Records summarised, the denominator of every per-task mean."""

@@ -13,7 +13,7 @@ Definitions
   quantiles use numpy's default linear interpolation, like `rollout.report.tool_stats`.
 - tokens per task is the mean `usage.total_tokens` over records that report usage.
 - context tokens, agent tokens, tool LLM tokens, LLM seconds and tool seconds per task are the run's
-  accounting (`rollout.report.accounting`, the summary's `accounting`): means over every record, scored
+  accounting (`rollout.report.costs`, the summary's `accounting`): means over every record, scored
   or not; the context change against the baseline is run / baseline - 1.
 - The paired view has questions as its unit: the question ids both runs scored, each question's
   value being the mean of its scored repeats. Every metric's difference (run - baseline) gets a
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from rollout.errors import NotARunFolderError, ReportError
-from rollout.report.accounting import AccountingTally
 from rollout.report.calls import run_labels, run_mode
+from rollout.report.costs import AccountingTally
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
 from rollout.summary import RunAccounting

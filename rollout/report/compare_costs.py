@@ -5,7 +5,7 @@ wall-clock time). Parallel tool calls overlap, so a bar can stand above the wall
 Right panel, tokens per task by stage: what the tool results of each stage put into the agent's context plus
 the tokens of LLM calls those tools made, and `agent`, the agent's own turns (whose prompts re-read that
 context, so the agent's segment already holds it once more). Every number is the run's accounting
-(`rollout.report.accounting`: means over every record, scored or not), as in the summary and the compare
+(`rollout.report.costs`: means over every record, scored or not), as in the summary and the compare
 table. Parts that are 0 in every run are left out.
 
 Written beside comparison.png when some run's records carry accounting; drawn with matplotlib's Agg backend.

@@ -30,7 +30,7 @@ from rich.table import Table
 from rollout.accounting import AGENT
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
-from rollout.report.accounting import AccountingTally
+from rollout.report.costs import AccountingTally
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
 from rollout.summary import RepeatStats, RunAccounting, RunSummary, TokenUse, ToolUse
@@ -163,7 +163,7 @@ def summarize(
 ) -> RunSummary:
     """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
     overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens, where the tasks'
-    time and tokens went (`rollout.report.accounting`, over every record); with several repeats, CIs
+    time and tokens went (`rollout.report.costs`, over every record); with several repeats, CIs
     over repeats and pass@k.
 
     `score_failed` scores failed tasks as wrong answers instead of leaving them out;
