@@ -69,21 +69,20 @@ Table = tuple[str, list[str], list[list[str]]]
 """(title, column headers, rows of cells): one shape for markdown and the terminal alike."""
 
 
-def _cost_columns(c: Comparison) -> dict[str, Callable[[Comparison, RunRow], str]]:
+def _cost_columns(c: Comparison) -> dict[str, Callable[[RunRow], str]]:
     """Header → cell of the per-mode table's accounting columns: none when no run has accounting; agent and
     tool LLM tokens only when some run has them; the context change only when there is a baseline to pair."""
     if not c.with_accounting:
         return {}
-    columns: dict[str, Callable[[Comparison, RunRow], str]] = {
-        "context tokens/task": lambda _, r: _num(r.context_tokens_per_task, 1)}
+    columns: dict[str, Callable[[RunRow], str]] = {"context tokens/task": lambda r: _num(r.context_tokens_per_task, 1)}
     if c.pairs:
-        columns[f"context vs {c.baseline}"] = lambda c, r: _percent(c.context_change(r))
+        columns[f"context vs {c.baseline}"] = lambda r: _percent(c.context_change(r))
     if any(r.agent_tokens_per_task for r in c.rows):
-        columns["agent tokens/task"] = lambda _, r: _num(r.agent_tokens_per_task, 1)
+        columns["agent tokens/task"] = lambda r: _num(r.agent_tokens_per_task, 1)
     if any(r.tool_llm_tokens_per_task for r in c.rows):
-        columns["tool LLM tokens/task"] = lambda _, r: _num(r.tool_llm_tokens_per_task, 1)
-    columns["LLM s/task"] = lambda _, r: _num(r.llm_s_per_task)
-    columns["tool s/task"] = lambda _, r: _num(r.tool_s_per_task)
+        columns["tool LLM tokens/task"] = lambda r: _num(r.tool_llm_tokens_per_task, 1)
+    columns["LLM s/task"] = lambda r: _num(r.llm_s_per_task)
+    columns["tool s/task"] = lambda r: _num(r.tool_s_per_task)
     return columns
 
 
@@ -98,7 +97,7 @@ def comparison_tables(c: Comparison) -> list[Table]:
         [[r.label, str(r.tasks), str(r.scored), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
           _num(r.retrieval_recall), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
           _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), _num(r.tokens_per_task, 1),
-          *(cell(c, r) for cell in costs.values())]
+          *(cell(r) for cell in costs.values())]
          for r in c.rows],
     )
     tools = c.tools
