@@ -84,6 +84,117 @@ class RepeatStats:
 
 
 @dataclass(frozen=True, slots=True)
+class TimeSplit:
+    """Where a task's wall-clock time went, in seconds (`rollout.accounting.TaskAccounting`)."""
+
+    total: float
+    """Wall-clock time of the task."""
+    llm: float
+    """The agent's own LLM requests."""
+    tools: float
+    """Tool calls as the agent waited for them, summed over its tools."""
+    waiting: float
+    """The rest: scheduling, the agent's own work, the environment. Never below 0 per task, and parallel tool
+    calls overlap, so llm + tools + waiting can exceed total."""
+
+    def to_json(self) -> dict[str, float]:
+        return {"total": self.total, "llm": self.llm, "tools": self.tools, "waiting": self.waiting}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TimeSplit:
+        return cls(float(data["total"]), float(data["llm"]), float(data["tools"]), float(data["waiting"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAccounting:
+    """What one tool's calls cost over a run's records, from the accounting each call carries."""
+
+    stage: str | None
+    """Pipeline stage its calls reported (the most frequent, should they differ); None when none reported one."""
+    calls: int
+    """Calls made."""
+    calls_counted: int
+    """Calls that reported accounting; the per-call token means are over these alone."""
+    context_tokens_per_call: float | None
+    """Mean tokens a counted call's result put into the agent's context (None without counted calls)."""
+    llm_tokens_per_call: float | None
+    """Mean prompt + completion tokens of the LLM calls the tool made itself, per counted call."""
+    latency_ms_per_call: float | None
+    """Mean round trip the agent waited for, over every call (None without calls)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stage": self.stage, "calls": self.calls, "calls_counted": self.calls_counted,
+                "context_tokens_per_call": self.context_tokens_per_call,
+                "llm_tokens_per_call": self.llm_tokens_per_call, "latency_ms_per_call": self.latency_ms_per_call}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolAccounting:
+        return cls(
+            stage=data.get("stage"), calls=int(data["calls"]), calls_counted=int(data["calls_counted"]),
+            context_tokens_per_call=_float_or_none(data.get("context_tokens_per_call")),
+            llm_tokens_per_call=_float_or_none(data.get("llm_tokens_per_call")),
+            latency_ms_per_call=_float_or_none(data.get("latency_ms_per_call")),
+        )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAccounting:
+    """Where a run's tasks spent their time and tokens: means per task over every record summarised (scored or
+    not: a failed task cost its time and tokens too), and per tool (`rollout.report.costs`)."""
+
+    tasks: int
+    """Records summarised, the denominator of every per-task mean."""
+    rebuilt: int
+    """Of them, records written before tasks carried accounting, whose accounting was rebuilt from their tool
+    calls, events, usage and latency (their calls report no tokens unless the gateway stamped them)."""
+    calls: int
+    """Tool calls of those records."""
+    calls_counted: int
+    """Of them, calls that reported accounting; a call that did not adds 0 context tokens to its task."""
+    time_s: TimeSplit
+    """Mean seconds per task: total, the agent's LLM, tools, waiting."""
+    tool_time_s: dict[str, float]
+    """Mean seconds per task spent in each tool's calls, by tool name (sorted); they add up to `time_s.tools`
+    (up to rounding)."""
+    context_tokens: float
+    """Mean tokens per task the tool results put into the agent's context (summed over stages)."""
+    tool_llm_tokens: float
+    """Mean prompt + completion tokens per task of the LLM calls tools made themselves."""
+    tokens: dict[str, float]
+    """Mean tokens per task by stage (`rollout.accounting.STAGES`, then any other stage met): context and tool
+    LLM tokens of the stage, and `agent`, the agent's own LLM turns (whose prompts re-read the context)."""
+    tools: dict[str, ToolAccounting]
+    """Per tool name, sorted by name."""
+
+    @property
+    def agent_tokens(self) -> float:
+        return self.tokens.get("agent", 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tasks": self.tasks, "rebuilt": self.rebuilt, "calls": self.calls, "calls_counted": self.calls_counted,
+            "time_s": self.time_s.to_json(), "tool_time_s": dict(self.tool_time_s),
+            "context_tokens": self.context_tokens, "tool_llm_tokens": self.tool_llm_tokens,
+            "tokens": dict(self.tokens), "tools": {name: t.to_json() for name, t in self.tools.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunAccounting:
+        return cls(
+            tasks=int(data["tasks"]), rebuilt=int(data.get("rebuilt", 0)), calls=int(data["calls"]),
+            calls_counted=int(data["calls_counted"]), time_s=TimeSplit.from_json(data["time_s"]),
+            tool_time_s={str(k): float(v) for k, v in data["tool_time_s"].items()},
+            context_tokens=float(data["context_tokens"]), tool_llm_tokens=float(data["tool_llm_tokens"]),
+            tokens={str(k): float(v) for k, v in data["tokens"].items()},
+            tools={str(k): ToolAccounting.from_json(t) for k, t in data["tools"].items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """The evaluation summary of one run's records."""
 
@@ -117,6 +228,8 @@ class RunSummary:
     """When some scored record's question has `hops` in its metadata."""
     by_style: dict[str, GroupScores] | None = None
     """When some scored record's question has a `style`."""
+    accounting: RunAccounting | None = None
+    """Where the tasks' time and tokens went; None when no record carries accounting (runs written before it)."""
 
     @property
     def errors(self) -> int:
@@ -157,6 +270,8 @@ class RunSummary:
             data["by_hops"] = _groups_to_json(self.by_hops)
         if self.by_style is not None:
             data["by_style"] = _groups_to_json(self.by_style)
+        if self.accounting is not None:
+            data["accounting"] = self.accounting.to_json()
         return data
 
     @classmethod
@@ -165,11 +280,13 @@ class RunSummary:
 
         Files written before task statuses existed have no `scored`, `statuses`, `score_failed`,
         `repeats` or `deterministic_agent`: every record was scored then, and its `errors` and
-        `timeouts` counts are the only statuses it knows (the rest were ok)."""
+        `timeouts` counts are the only statuses it knows (the rest were ok). Files written before
+        accounting have no `accounting`."""
         n = int(data["n"])
         errors, timeouts = int(data.get("errors", 0)), int(data.get("timeouts", 0))
         statuses = data.get("statuses") or {"ok": n - errors - timeouts, "error": errors, "timeout": timeouts}
         tokens = data.get("tokens")
+        accounting = data.get("accounting")
         return cls(
             n=n,
             scored=int(data.get("scored", n)),
@@ -193,4 +310,5 @@ class RunSummary:
                                                         tokens.get("cost_usd")),
             by_hops=_groups_from_json(data.get("by_hops")),
             by_style=_groups_from_json(data.get("by_style")),
+            accounting=None if accounting is None else RunAccounting.from_json(accounting),
         )

@@ -162,7 +162,8 @@ def test_a_summary_round_trips_through_its_file(tmp_path):
     failed = TaskResult.failed(QUESTION, status="error", error="boom", repeat=1)
     summary = summarize([answered(), failed, TaskResult.from_json({**json.loads(ANSWERED_LINE), "repeat": 0})],
                         mode="sparse", gateway_file="g.json", wall_time_s=2.0)
-    assert summary.repeat_stats is not None and summary.tokens is not None  # the optional parts are exercised
+    # The optional parts are exercised.
+    assert summary.repeat_stats is not None and summary.tokens is not None and summary.accounting is not None
     write_summary(tmp_path, summary)
     on_disk = json.loads(summary_path(tmp_path).read_text(encoding="utf-8"))
     assert on_disk == summary.to_json()
@@ -185,6 +186,7 @@ def test_a_summary_file_of_an_older_version_still_reads(tmp_path):
     assert summary.statuses == {"ok": 3, "error": 1, "timeout": 0}
     assert summary.by_hops is not None and summary.by_hops["1"].metrics["exact_match"] == 0.5
     assert summary.tool_calls[SPARSE].failed == 1 and summary.repeat_stats is None and summary.tokens is None
+    assert summary.accounting is None
 
 
 def test_no_summary_or_not_a_summary_reads_as_none(tmp_path, caplog):

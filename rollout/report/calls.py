@@ -19,12 +19,14 @@ ledger record counts.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
 
+from rollout.accounting import CallAccounting
 from rollout.errors import NotARunFolderError
 from rollout.jsonl import iter_jsonl, read_jsonl
 from rollout.run_folder import (
@@ -42,10 +44,12 @@ logger = logging.getLogger(__name__)
 
 GATEWAY_COLUMNS = (
     "call_id", "tool_name", "task_id", "worker_id", "attempt", "ok", "outcome",
-    "error", "duration_ms", "timestamp", "result_ids", "served_by",
+    "error", "duration_ms", "timestamp", "result_ids", "context_tokens", "llm_tokens", "served_by",
 )
-"""Fields of one `realtime_calls.jsonl` line (`rollout.gateway.stats.CallStat`), and `served_by`: which ledger
-held it, "gateway" or a replica's name (`rollout.run_folder.ledger_source`); None for a call no gateway saw."""
+"""Fields of one `realtime_calls.jsonl` line (`rollout.gateway.stats.CallStat`); `context_tokens` and `llm_tokens`
+(prompt + completion of the tool's own LLM calls) from its `accounting`, NaN when the line has none (a call
+refused before a tool ran, a ledger of an older gateway); and `served_by`: which ledger held it, "gateway" or a
+replica's name (`rollout.run_folder.ledger_source`); None for a call no gateway saw."""
 
 CLIENT_COLUMNS = ("rtt_ms", "client_outcome", "arguments", "result_doc_ids")
 """Fields taken from the trajectory's tool call with the same `call_id` (None/NaN when unmatched)."""
@@ -103,6 +107,7 @@ def _gateway_frame(ledgers: list[Path]) -> pd.DataFrame:
     rows = []
     for source, line in ((ledger_source(path), line) for path in ledgers for line in read_jsonl(path)):
         ok = bool(line.get("ok", False))
+        cost = CallAccounting.from_json(line.get("accounting"))
         rows.append(
             {
                 "call_id": _str_or_none(line.get("call_id")),
@@ -116,6 +121,8 @@ def _gateway_frame(ledgers: list[Path]) -> pd.DataFrame:
                 "duration_ms": line.get("duration_ms"),
                 "timestamp": line.get("timestamp"),
                 "result_ids": _id_list(line.get("result_ids")),
+                "context_tokens": math.nan if cost is None else cost.context_tokens,
+                "llm_tokens": math.nan if cost is None else cost.llm_tokens,
                 "served_by": source,
             }
         )
@@ -125,7 +132,7 @@ def _gateway_frame(ledgers: list[Path]) -> pd.DataFrame:
         df = df.sort_values("timestamp", kind="stable", ignore_index=True)
     df["ok"] = df["ok"].astype(bool)
     df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
-    for col in ("duration_ms", "timestamp"):
+    for col in ("duration_ms", "timestamp", "context_tokens", "llm_tokens"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     return df
 
@@ -183,6 +190,8 @@ def _unrecorded(client: pd.DataFrame) -> pd.DataFrame:
         "duration_ms": float("nan"),
         "timestamp": pd.to_numeric(client["client_started"], errors="coerce"),
         "result_ids": client["client_result_ids"],
+        "context_tokens": math.nan,
+        "llm_tokens": math.nan,
         "served_by": None,
     }, columns=list(GATEWAY_COLUMNS))
 

@@ -51,16 +51,22 @@ def _table(title: str, columns: Sequence[str]) -> Table:
 
 
 def _calls_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
-    columns = (key, "calls", "failed", "success", "p50 ms", "p95 ms", "p99 ms", "rtt p50", "rtt p95", "rtt p99", "failures")
+    """Counts, server and round-trip quantiles, and context tokens per call (over the calls that reported
+    accounting); tool LLM tokens per call only when some tool made LLM calls."""
+    with_llm = any(r.get("llm_tokens_mean") for r in rows)
+    columns = (key, "calls", "failed", "success", "p50 ms", "p95 ms", "p99 ms", "rtt p50", "rtt p95", "rtt p99",
+               "ctx tok p50", "ctx tok p95", "ctx tok mean", *(["LLM tok/call"] if with_llm else []), "failures")
     table = _table(title, columns)
     for r in rows:
         table.add_row(
             _fmt(r[key]), str(r["total_calls"]), str(r["failed_calls"]), _pct(r["success_rate"]),
             _fmt(r["p50_ms"]), _fmt(r["p95_ms"]), _fmt(r["p99_ms"]),
-            _fmt(r["rtt_p50_ms"]), _fmt(r["rtt_p95_ms"]), _fmt(r["rtt_p99_ms"]), _failures(r),
+            _fmt(r["rtt_p50_ms"]), _fmt(r["rtt_p95_ms"]), _fmt(r["rtt_p99_ms"]),
+            _fmt(r.get("context_tokens_p50")), _fmt(r.get("context_tokens_p95")), _fmt(r.get("context_tokens_mean")),
+            *([_fmt(r.get("llm_tokens_mean"))] if with_llm else []), _failures(r),
         )
     if not rows:
-        table.add_row("(no calls)", *["-"] * 10)
+        table.add_row("(no calls)", *["-"] * (len(columns) - 1))
     return table
 
 
@@ -81,9 +87,11 @@ def _print_run(console: Console, report: dict[str, Any], path: Path) -> None:
     s = report["summary"]
     console.rule(f"tool stats · mode={s['mode']} · {s['run_dir']}")
     trajectory = "" if s["has_trajectory"] else " · no trajectory.jsonl: gateway-only stats"
+    # Token columns are over the calls that reported accounting: say so when that is not every call.
+    accounted = "" if s["accounted_calls"] == s["total_calls"] else f" · {s['accounted_calls']} reported accounting"
     console.print(
         f"{s['total_calls']} calls · {s['failed_calls']} failed · success {_pct(s['success_rate'])}"
-        f" · {s['tasks_with_calls']} tasks · {s['workers_with_calls']} workers{trajectory}"
+        f" · {s['tasks_with_calls']} tasks · {s['workers_with_calls']} workers{accounted}{trajectory}"
     )
     console.print(_calls_table("per tool", "tool_name", report["tools"]))
     console.print(_calls_table("per worker", "worker_id", report["workers"]))

@@ -12,6 +12,9 @@ Definitions
 - tool latency is the client's round trip (`latency_ms` of each trajectory tool call);
   quantiles use numpy's default linear interpolation, like `rollout.report.tool_stats`.
 - tokens per task is the mean `usage.total_tokens` over records that report usage.
+- context tokens, agent tokens, tool LLM tokens, LLM seconds and tool seconds per task are the run's
+  accounting (`rollout.report.costs`, the summary's `accounting`): means over every record, scored
+  or not; the context change against the baseline is run / baseline - 1.
 - The paired view has questions as its unit: the question ids both runs scored, each question's
   value being the mean of its scored repeats. Every metric's difference (run - baseline) gets a
   percentile bootstrap 95% CI from `BOOTSTRAP_RESAMPLES` resamples of those questions, seeded so
@@ -33,8 +36,10 @@ import numpy as np
 
 from rollout.errors import NotARunFolderError, ReportError
 from rollout.report.calls import run_labels, run_mode
+from rollout.report.costs import AccountingTally
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
+from rollout.summary import RunAccounting
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +90,33 @@ class RunRow:
     """Records with status `infra_error` (a tool call failed for infrastructure reasons)."""
     tokens_per_task: float | None
     """Mean total tokens per task over tasks reporting usage (None when none does)."""
+    accounting: RunAccounting | None = None
+    """Where the run's tasks spent their time and tokens, as its summary's `accounting` (None when no record
+    carries accounting)."""
 
     @property
     def total_calls_per_task(self) -> float:
         return sum(self.calls_per_task.values())
+
+    @property
+    def context_tokens_per_task(self) -> float | None:
+        return None if self.accounting is None else self.accounting.context_tokens
+
+    @property
+    def agent_tokens_per_task(self) -> float | None:
+        return None if self.accounting is None else self.accounting.agent_tokens
+
+    @property
+    def tool_llm_tokens_per_task(self) -> float | None:
+        return None if self.accounting is None else self.accounting.tool_llm_tokens
+
+    @property
+    def llm_s_per_task(self) -> float | None:
+        return None if self.accounting is None else self.accounting.time_s.llm
+
+    @property
+    def tool_s_per_task(self) -> float | None:
+        return None if self.accounting is None else self.accounting.time_s.tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +159,9 @@ class PairedComparison:
     """Shared questions the baseline got wrong and the run got right (repeat-averaged EM > 0.5)."""
     right_to_wrong: int
     """Shared questions the baseline got right and the run got wrong."""
+    context_change: float | None = None
+    """Relative change of context tokens per task, run / baseline - 1, over each run's every record (not paired;
+    None unless both runs have accounting and the baseline's context is not empty)."""
 
     @property
     def not_shared(self) -> int:
@@ -182,6 +213,24 @@ class Comparison:
     def tools(self) -> list[str]:
         """Every tool name any run called, sorted."""
         return sorted({t for r in self.rows for t in r.calls_per_task})
+
+    @property
+    def baseline_row(self) -> RunRow:
+        return next(r for r in self.rows if r.label == self.baseline)
+
+    @property
+    def with_accounting(self) -> bool:
+        """Whether some run's records carry accounting (else the comparison has no cost columns)."""
+        return any(r.accounting is not None for r in self.rows)
+
+    def context_change(self, row: RunRow) -> float | None:
+        """`row`'s context tokens per task against the baseline's (-0.4: 40% fewer; see `relative_change`)."""
+        return relative_change(row.context_tokens_per_task, self.baseline_row.context_tokens_per_task)
+
+
+def relative_change(run: float | None, baseline: float | None) -> float | None:
+    """run / baseline - 1; None when either is unknown or the baseline is 0 (no change can be a share of it)."""
+    return None if run is None or not baseline else run / baseline - 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +284,14 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
     tokens: list[float] = []
+    accounting = AccountingTally()
     duplicates = repeats = 0
     for task in iter_trajectory(run_dir):
         if task.key in seen:  # resume keeps one line per (id, repeat); a second one is stale, as there
             duplicates += 1
             continue
         seen.add(task.key)
+        accounting.add(task)
         repeats = max(repeats, task.repeat + 1)
         s = score_task(task, score_failed=score_failed)
         statuses[task.status] += 1
@@ -264,7 +315,7 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),
         errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
-        tokens_per_task=_mean(tokens),
+        tokens_per_task=_mean(tokens), accounting=accounting.summary(),
     )
     return _ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})
 
@@ -331,6 +382,7 @@ def pair(run: _ScoredRun, base: _ScoredRun, *, resamples: int, seed: int) -> Pai
         label=run.row.label, baseline=base.row.label, shared=len(shared),
         only_in_run=only_run, only_in_baseline=only_base, metrics=diffs,
         wrong_to_right=int((~right_base & right_run).sum()), right_to_wrong=int((right_base & ~right_run).sum()),
+        context_change=relative_change(run.row.context_tokens_per_task, base.row.context_tokens_per_task),
     )
 
 

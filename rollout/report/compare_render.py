@@ -1,16 +1,18 @@
 """A comparison for people and programs: the printed tables, one sentence per pairing, comparison.md with its
-figure, and the same numbers as comparison.json and comparison.csv."""
+figures, and the same numbers as comparison.json and comparison.csv."""
 
 from __future__ import annotations
 
 import csv
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rollout.report.compare import CI_LEVEL, RIGHT_ABOVE, Comparison, MetricDiff, PairedComparison
+from rollout.report.compare import CI_LEVEL, RIGHT_ABOVE, Comparison, MetricDiff, PairedComparison, RunRow
+from rollout.report.compare_costs import plot_costs
 from rollout.report.compare_plot import plot_comparison
 from rollout.report.scoring import METRIC_NAMES
 
@@ -18,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
+COMPARISON_COSTS_PNG = "comparison_costs.png"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_CSV = "comparison.csv"
 
@@ -28,6 +31,11 @@ def _num(v: float | None, digits: int = 3) -> str:
 
 def _signed(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:+.{digits}f}"
+
+
+def _percent(change: float | None) -> str:
+    """A relative change as "-40%" ("+0%" for none)."""
+    return "-" if change is None else f"{100 * change:+.0f}%"
 
 
 def _ci(d: MetricDiff) -> str:
@@ -49,6 +57,8 @@ def pair_sentence(p: PairedComparison) -> str:
               if m != "exact_match" and d.diff is not None]
     if others:
         text += "; " + ", ".join(others)
+    if p.context_change is not None:
+        text += f"; context tokens per task {_percent(p.context_change)}"
     if p.not_shared:
         text += f"; {p.not_shared} question ids not shared ({p.only_in_run} only in {p.label}, " \
                 f"{p.only_in_baseline} only in {p.baseline})"
@@ -59,16 +69,35 @@ Table = tuple[str, list[str], list[list[str]]]
 """(title, column headers, rows of cells): one shape for markdown and the terminal alike."""
 
 
+def _cost_columns(c: Comparison) -> dict[str, Callable[[RunRow], str]]:
+    """Header → cell of the per-mode table's accounting columns: none when no run has accounting; agent and
+    tool LLM tokens only when some run has them; the context change only when there is a baseline to pair."""
+    if not c.with_accounting:
+        return {}
+    columns: dict[str, Callable[[RunRow], str]] = {"context tokens/task": lambda r: _num(r.context_tokens_per_task, 1)}
+    if c.pairs:
+        columns[f"context vs {c.baseline}"] = lambda r: _percent(c.context_change(r))
+    if any(r.agent_tokens_per_task for r in c.rows):
+        columns["agent tokens/task"] = lambda r: _num(r.agent_tokens_per_task, 1)
+    if any(r.tool_llm_tokens_per_task for r in c.rows):
+        columns["tool LLM tokens/task"] = lambda r: _num(r.tool_llm_tokens_per_task, 1)
+    columns["LLM s/task"] = lambda r: _num(r.llm_s_per_task)
+    columns["tool s/task"] = lambda r: _num(r.tool_s_per_task)
+    return columns
+
+
 def comparison_tables(c: Comparison) -> list[Table]:
     """The comparison's tables: per mode, tool calls per task, and against the baseline (every
     metric with its CI, then the flips)."""
+    costs = _cost_columns(c)
     metrics = (
         "per mode",
         ["mode", "tasks", "scored", "EM", "F1", "contains", "recall", "calls/task", "tool p50 ms", "tool p95 ms",
-         "errors", "timeouts", "infra", "tokens/task"],
+         "errors", "timeouts", "infra", "tokens/task", *costs],
         [[r.label, str(r.tasks), str(r.scored), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
           _num(r.retrieval_recall), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
-          _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), _num(r.tokens_per_task, 1)]
+          _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), _num(r.tokens_per_task, 1),
+          *(cell(r) for cell in costs.values())]
          for r in c.rows],
     )
     tools = c.tools
@@ -104,9 +133,9 @@ def _md_table(headers: list[str], rows: list[list[str]], *, numbers: bool = True
     return "\n".join(lines)
 
 
-def render_markdown(c: Comparison, *, plot: str | None = None) -> str:
-    """comparison.md: a sentence per pair, the tables, the figure `plot` (a relative path) when
-    given, and the run folders."""
+def render_markdown(c: Comparison, *, plot: str | None = None, costs_plot: str | None = None) -> str:
+    """comparison.md: a sentence per pair, the tables, the figures `plot` and `costs_plot` (relative paths)
+    when given, and the run folders."""
     parts = [f"# Comparison of {len(c.rows)} runs", ""]
     if c.pairs:
         parts += [
@@ -121,6 +150,8 @@ def render_markdown(c: Comparison, *, plot: str | None = None) -> str:
         parts += [f"## {title[0].upper()}{title[1:]}", "", _md_table(headers, rows), ""]
     if plot is not None:
         parts += [f"![comparison]({plot})", ""]
+    if costs_plot is not None:
+        parts += [f"![where a task's time and tokens go]({costs_plot})", ""]
     parts += ["## Runs", "", _md_table(["mode", "folder"], [[r.label, str(r.run_dir)] for r in c.rows], numbers=False), ""]
     return "\n".join(parts)
 
@@ -130,37 +161,52 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
     return {
         "baseline": c.baseline, "ci_level": CI_LEVEL, "resamples": c.resamples, "seed": c.seed,
         "score_failed": c.score_failed,
-        "runs": [{**asdict(r), "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task}
+        "runs": [{**asdict(r), "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task,
+                  "accounting": None if r.accounting is None else r.accounting.to_json(), **_costs(c, r)}
                  for r in c.rows],
         "pairs": [{**asdict(p), "not_shared": p.not_shared} for p in c.pairs],
     }
 
 
+def _costs(c: Comparison, r: RunRow) -> dict[str, float | None]:
+    """The run's accounting per task, flat, and its context change against the baseline (None without)."""
+    return {"context_tokens_per_task": r.context_tokens_per_task, "context_change": c.context_change(r),
+            "agent_tokens_per_task": r.agent_tokens_per_task, "tool_llm_tokens_per_task": r.tool_llm_tokens_per_task,
+            "llm_s_per_task": r.llm_s_per_task, "tool_s_per_task": r.tool_s_per_task}
+
+
 def _write_csv(c: Comparison, path: Path) -> None:
-    """The per-mode table, one row per run, tool calls per task in a column per tool."""
+    """The per-mode table, one row per run, tool calls per task in a column per tool, then the accounting."""
     fields = ["label", "mode", "run_dir", "tasks", "scored", "repeats", "exact_match", "f1", "contains_answer",
               "retrieval_recall", *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
-              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "tokens_per_task"]
+              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "tokens_per_task",
+              *_costs(c, c.rows[0])]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for r in c.rows:
-            row = {k: v for k, v in asdict(r).items() if k != "calls_per_task"}
-            row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools}
+            row = {k: v for k, v in asdict(r).items() if k not in ("calls_per_task", "accounting")}
+            row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools} | _costs(c, r)
             writer.writerow({**row, "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task})
 
 
 def write_comparison(c: Comparison, out_dir: Path | str) -> list[Path]:
-    """Write comparison.png (when matplotlib is installed), comparison.md, comparison.json and comparison.csv
-    into `out_dir`; returns the paths written."""
+    """Write comparison.png, comparison_costs.png (when some run has accounting), comparison.md, comparison.json
+    and comparison.csv into `out_dir`; returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    written.append(plot_comparison(c, out_dir / COMPARISON_PNG))
+    plot = plot_comparison(c, out_dir / COMPARISON_PNG)
+    costs = out_dir / COMPARISON_COSTS_PNG
+    if c.with_accounting:
+        plot_costs(c, costs)
+    else:
+        costs.unlink(missing_ok=True)  # left by an earlier comparison in this folder: it would not be of these runs
+    figures = [plot, *([costs] if c.with_accounting else [])]
     md = out_dir / COMPARISON_MD
-    md.write_text(render_markdown(c, plot=written[0].name if written else None), encoding="utf-8")
+    md.write_text(render_markdown(c, plot=plot.name, costs_plot=costs.name if c.with_accounting else None),
+                  encoding="utf-8")
     data = out_dir / COMPARISON_JSON
     data.write_text(json.dumps(comparison_json(c), indent=2) + "\n", encoding="utf-8")
     table = out_dir / COMPARISON_CSV
     _write_csv(c, table)
-    return [md, *written, data, table]
+    return [md, *figures, data, table]

@@ -27,11 +27,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from rollout.accounting import AGENT
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
+from rollout.report.costs import AccountingTally
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
-from rollout.summary import RepeatStats, RunSummary, TokenUse, ToolUse
+from rollout.summary import RepeatStats, RunAccounting, RunSummary, TokenUse, ToolUse
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +111,12 @@ class _Tally:
         self.right = CorrectPerQuestion()
         self.tokens = ExactSum()
         self.cost = ExactSum()
+        self.accounting = AccountingTally()
 
     def add(self, r: TaskResult) -> None:
         row = score_task(r, score_failed=self.score_failed)
         self.n += 1
+        self.accounting.add(r)
         self.statuses[r.status] += 1
         self.max_repeat = max(self.max_repeat, r.repeat)
         self.calls.update(c.name for c in r.tool_calls)
@@ -158,8 +162,9 @@ def summarize(
     score_failed: bool = False, deterministic_agent: bool | None = None,
 ) -> RunSummary:
     """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
-    overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens; with several
-    repeats, CIs over repeats and pass@k.
+    overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens, where the tasks'
+    time and tokens went (`rollout.report.costs`, over every record); with several repeats, CIs
+    over repeats and pass@k.
 
     `score_failed` scores failed tasks as wrong answers instead of leaving them out;
     `deterministic_agent` is copied as is (the caller knows whether the agent samples)."""
@@ -193,6 +198,7 @@ def summarize(
         tokens=tokens,
         by_hops=tally.by["hops"].groups(),
         by_style=tally.by["style"].groups(),
+        accounting=tally.accounting.summary(),
     )
 
 
@@ -215,6 +221,48 @@ def _repeats_line(summary: RunSummary) -> str | None:
     return " · ".join(parts)
 
 
+def _tools_table(summary: RunSummary) -> Table:
+    """Calls and failures per tool; with accounting, each tool's stage and its mean cost per call."""
+    costs = summary.accounting.tools if summary.accounting is not None else {}
+    with_llm = any(t.llm_tokens_per_call for t in costs.values())
+    columns = ["tool", "calls", "failed"]
+    if costs:
+        columns += ["stage", "context tokens/call", *(["tool LLM tokens/call"] if with_llm else []), "ms/call"]
+    tools = Table(title="tool calls", title_justify="left")
+    for col in columns:
+        tools.add_column(col, justify="left" if col in ("tool", "stage") else "right")
+    for name, use in summary.tool_calls.items():
+        row = [name, str(use.calls), str(use.failed)]
+        if costs:
+            t = costs.get(name)
+            row += ["-", "-", *(["-"] if with_llm else []), "-"] if t is None else [
+                t.stage or "-", _num(t.context_tokens_per_call, 1),
+                *([_num(t.llm_tokens_per_call, 1)] if with_llm else []), _num(t.latency_ms_per_call, 1)]
+        tools.add_row(*row)
+    if not summary.tool_calls:
+        tools.add_row("(none)", "0", "0", *["-"] * (len(columns) - 3))
+    return tools
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _accounting_line(a: RunAccounting) -> str:
+    """E.g. "Per task: 0.259 s (LLM 0.000, tools 0.051, waiting 0.208) · 718 context tokens (retrieval 718)"."""
+    t = a.time_s
+    parts = [f"Per task: {t.total:.3f} s (LLM {t.llm:.3f}, tools {t.tools:.3f}, waiting {t.waiting:.3f})"]
+    by_stage = ", ".join(f"{stage} {n:,.0f}" for stage, n in a.tokens.items() if stage != AGENT and n)
+    parts.append(f"{a.context_tokens:,.0f} context tokens" + (f" ({by_stage})" if by_stage else ""))
+    if a.tool_llm_tokens:
+        parts.append(f"{a.tool_llm_tokens:,.0f} tool LLM tokens")
+    if a.agent_tokens:
+        parts.append(f"{a.agent_tokens:,.0f} agent tokens")
+    if a.calls_counted < a.calls:
+        parts.append(f"{a.calls_counted} of {a.calls} calls reported accounting")
+    return " · ".join(parts)
+
+
 def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = None) -> None:
     console = console or ReadableConsole()  # piped or redirected, the table still prints whole
     m = summary.metrics
@@ -230,15 +278,10 @@ def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = 
     console.print(table)
     if line := _repeats_line(summary):
         console.print(line, markup=False, highlight=False)
-    tools = Table(title="tool calls", title_justify="left")
-    for col in ("tool", "calls", "failed"):
-        tools.add_column(col, justify="right" if col != "tool" else "left")
-    for name, use in summary.tool_calls.items():
-        tools.add_row(name, str(use.calls), str(use.failed))
-    if not summary.tool_calls:
-        tools.add_row("(none)", "0", "0")
-    console.print(tools)
+    console.print(_tools_table(summary))
     if tokens := summary.tokens:
         cost = f", ${tokens.cost_usd:.4f}" if tokens.cost_usd is not None else ""
         console.print(f"Tokens: {tokens.total:,} ({tokens.per_task:,.0f} per task{cost})")
+    if summary.accounting is not None:
+        console.print(_accounting_line(summary.accounting), markup=False, highlight=False)
     console.print(f"Results: {Path(out_dir).resolve()}")

@@ -7,6 +7,10 @@ Definitions
 - server time is the gateway's `duration_ms`; round-trip time (`rtt_*`) is the client's
   `latency_ms` for the same `call_id`. Quantiles use pandas' default linear interpolation
   (numpy.percentile's "linear"); None when no call has the value.
+- context tokens per call (`context_tokens_mean`, `_p50`, `_p95`) are the tokens of the result text the
+  agent received, from the ledger line's `accounting`; `llm_tokens_mean` is the prompt + completion
+  tokens of the LLM calls the tool made itself. Both are over the `accounted_calls` alone: a call
+  refused before a tool ran, or recorded by an older gateway, has no accounting and is left out.
 - A retrieval call returned passage ids or is a tool named `query_knowledge_base*`/`search*`.
   `hit_at_k` is the share of successful retrieval calls, in tasks with known gold ids, whose first
   k returned ids include a gold id (a passage id, or its document id, equal to one of the task's
@@ -61,7 +65,20 @@ def _call_stats(g: pd.DataFrame, outcomes: list[str]) -> dict[str, Any]:
         **{f"p{int(q * 100)}_ms": _quantile(g["duration_ms"], q) for q in (0.5, 0.95, 0.99)},
         **{f"rtt_p{int(q * 100)}_ms": _quantile(g["rtt_ms"], q) for q in (0.5, 0.95, 0.99)},
         "rtt_calls": int(g["rtt_ms"].notna().sum()),
+        **_token_stats(g),
         **{f"outcome_{o}": int(counts.get(o, 0)) for o in outcomes},
+    }
+
+
+def _token_stats(g: pd.DataFrame) -> dict[str, Any]:
+    """Tokens per call of the calls whose ledger line carried accounting (`accounted_calls`); None without any."""
+    context = g["context_tokens"].dropna()
+    llm = g["llm_tokens"].dropna()
+    return {
+        "accounted_calls": len(context),
+        "context_tokens_mean": round(float(context.mean()), 3) if len(context) else None,
+        **{f"context_tokens_p{int(q * 100)}": _quantile(context, q) for q in (0.5, 0.95)},
+        "llm_tokens_mean": round(float(llm.mean()), 3) if len(llm) else None,
     }
 
 

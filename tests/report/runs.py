@@ -11,12 +11,18 @@ SPARSE = "query_knowledge_base_sparse"
 
 
 def gw(call_id, tool, task, worker, duration, ts, *, ok=True, outcome="ok", ids=()) -> dict[str, Any]:
-    """One realtime_calls.jsonl line."""
+    """One realtime_calls.jsonl line (of a gateway before accounting: no `accounting`)."""
     return {
         "call_id": call_id, "tool_name": tool, "task_id": task, "worker_id": worker, "ok": ok,
         "outcome": outcome, "error": None if ok else f"{outcome} error", "duration_ms": duration,
         "timestamp": ts, "result_ids": list(ids),
     }
+
+
+def accounted(line: dict[str, Any], context_tokens: int, *, stage="retrieval", prompt=0, completion=0) -> dict:
+    """`line` with the `accounting` today's gateway writes."""
+    return {**line, "accounting": {"stage": stage, "context_tokens": context_tokens, "llm_prompt_tokens": prompt,
+                                   "llm_completion_tokens": completion, "llm_ms": 0.0}}
 
 
 def tc(call_id, tool, latency, *, query=None, ok=True, outcome="ok", ids=(), doc_ids=None, **args) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, make_run
+from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, accounted, make_run
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -99,10 +99,24 @@ def test_piped_tables_are_printed_whole_however_narrow_the_columns(tmp_path):
     assert result.returncode == 0, result.stderr
     per_tool, retrieval = headers(result.stdout, "tool_name")
     assert per_tool == ["tool_name", "calls", "failed", "success", "p50 ms", "p95 ms", "p99 ms", "rtt p50", "rtt p95",
-                        "rtt p99", "failures"]
+                        "rtt p99", "ctx tok p50", "ctx tok p95", "ctx tok mean", "failures"]
     assert retrieval[-3:] == ["queries", "repeated", "repeat share"]
     result = cli("compare", run, "--out", tmp_path / "cmp", columns="40")
     assert result.returncode == 0, result.stderr
     assert headers(result.stdout, "mode")[0][-4:] == ["errors", "timeouts", "infra", "tokens/task"]
     # Every table it prints is also written for programs.
     assert (tmp_path / "cmp" / "comparison.json").is_file() and (tmp_path / "cmp" / "comparison.csv").is_file()
+
+
+def test_tool_stats_prints_context_tokens_per_call_and_llm_tokens_when_a_tool_made_llm_calls(tmp_path):
+    calls = [accounted(c, 100 * (i + 1), prompt=30, completion=10) if c["tool_name"] == SPARSE else
+             accounted(c, 100 * (i + 1)) if c["tool_name"] == DENSE else c for i, c in enumerate(GATEWAY_CALLS)]
+    run = make_run(tmp_path, "run_a", calls, TASKS, mode="hybrid")
+    result = cli("tool-stats", run)
+    assert result.returncode == 0, result.stderr
+    per_tool = headers(result.stdout, "tool_name")[0]
+    assert per_tool[-5:] == ["ctx tok p50", "ctx tok p95", "ctx tok mean", "LLM tok/call", "failures"]
+    sparse = next(line for line in result.stdout.splitlines() if line.startswith(f"│ {SPARSE}"))
+    # c2 (ledger line 2) and c8 (line 8): 200 and 800 context tokens, 40 LLM tokens each.
+    assert [c.strip() for c in sparse.strip("│").split("│")][10:14] == ["500.0", "770.0", "500.0", "40.0"]
+    assert "9 calls · 3 failed · success 66.7% · 3 tasks · 2 workers · 7 reported accounting" in result.stdout

@@ -11,10 +11,11 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rollout.paths import CONF_DIR
-from rollout.report.compare_render import COMPARISON_MD, COMPARISON_PNG
+from rollout.report.compare_render import COMPARISON_COSTS_PNG, COMPARISON_MD, COMPARISON_PNG
 from rollout.report.multirun import CompareOnMultirunEnd
 from rollout.run_folder import FINGERPRINT_FILE
 from tests.report.test_compare import dense_tasks, make, sparse_tasks
+from tests.report.test_compare_accounting import dense_run, sparse_run
 
 
 def sweep_config(sweep_dir):
@@ -82,3 +83,12 @@ def test_jobs_are_labelled_by_the_overrides_that_differ(tmp_path):
     md = (tmp_path / COMPARISON_MD).read_text()
     assert "sparse,agent.top_k=5 vs sparse,agent.top_k=1: EM +0.333" in md
     assert "n_passages" not in md.split("## Runs")[0]  # shared by every job: not part of a label
+
+
+def test_a_sweep_whose_runs_have_accounting_gets_the_costs_figure_and_columns(tmp_path):
+    make(tmp_path, "dense", "dense", dense_run())
+    make(tmp_path, "sparse", "sparse", sparse_run())
+    CompareOnMultirunEnd().on_multirun_end(sweep_config(tmp_path))
+    md = (tmp_path / COMPARISON_MD).read_text()
+    assert "context vs dense" in md and "; context tokens per task -40%" in md
+    assert f"]({COMPARISON_COSTS_PNG})" in md and (tmp_path / COMPARISON_COSTS_PNG).stat().st_size > 0

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from rollout.report import build_tool_report, write_tool_report
-from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, make_run
+from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, accounted, make_run
 
 QS = (50, 95, 99)
 
@@ -177,3 +177,44 @@ def test_replica_ledgers_are_read_together_and_counted_per_replica(run):
     assert report["summary"]["total_calls"] == single["summary"]["total_calls"] == 9
     assert report["summary"]["failed_calls"] == single["summary"]["failed_calls"] + 1  # the later answer counts
     assert by(report["tasks"], "task_id").keys() == by(single["tasks"], "task_id").keys()
+
+
+# Context tokens of the calls whose ledger line has accounting; c5 (refused before its tool ran) and c8 (timed
+# out), like the fetch_document and unknown-tool calls, have none and are left out of the token figures.
+CONTEXT = {"c1": 100, "c3": 200, "c4": 400, "c7": 1000, "c2": 50}
+
+
+@pytest.fixture
+def accounted_run(tmp_path):
+    calls = [accounted(c, CONTEXT[c["call_id"]], prompt=30 if c["call_id"] == "c2" else 0,
+                       completion=10 if c["call_id"] == "c2" else 0) if c["call_id"] in CONTEXT else c
+             for c in GATEWAY_CALLS]
+    return make_run(tmp_path, "run_a", calls, TASKS, mode="hybrid")
+
+
+def test_context_tokens_per_call_are_over_the_calls_that_reported_accounting(accounted_run):
+    report = build_tool_report(accounted_run)
+    tools = by(report["tools"], "tool_name")
+    dense = tools[DENSE]
+    # 100, 200, 400, 1000: linear p50 halfway between 200 and 400; p95 at 2.85 of 3 steps, 400 + 0.85 · 600.
+    assert (dense["total_calls"], dense["accounted_calls"]) == (5, 4)
+    assert (dense["context_tokens_mean"], dense["context_tokens_p50"], dense["context_tokens_p95"]) == (425.0, 300.0, 910.0)
+    assert dense["llm_tokens_mean"] == 0.0
+    sparse = tools[SPARSE]
+    assert (sparse["accounted_calls"], sparse["context_tokens_p50"], sparse["context_tokens_p95"]) == (1, 50.0, 50.0)
+    assert sparse["llm_tokens_mean"] == 40.0  # its own LLM: 30 prompt + 10 completion tokens
+    for name in ("fetch_document", "nope"):
+        assert tools[name]["accounted_calls"] == 0
+        assert tools[name]["context_tokens_p50"] is None and tools[name]["llm_tokens_mean"] is None
+    s = report["summary"]
+    # 50, 100, 200, 400, 1000: p95 at 3.8 of 4 steps, 400 + 0.8 · 600.
+    assert (s["accounted_calls"], s["context_tokens_mean"], s["context_tokens_p50"], s["context_tokens_p95"]) == (
+        5, 350.0, 200.0, 880.0)
+    assert s["llm_tokens_mean"] == 8.0
+    assert report["modes"][0]["context_tokens_p95"] == 880.0
+
+
+def test_a_ledger_without_accounting_reports_no_token_figures(run):
+    s = build_tool_report(run)["summary"]
+    assert (s["accounted_calls"], s["context_tokens_mean"], s["context_tokens_p50"], s["llm_tokens_mean"]) == (
+        0, None, None, None)
