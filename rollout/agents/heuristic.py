@@ -21,6 +21,12 @@ the sparse tool, because exact tokens are what keyword matching is good at and w
 encoder blurs; every other query goes to the dense tool. With one kind offered, everything
 goes there.
 
+Pipelines. When the gateway offers the RAG pipeline's step tools (``retrieve_documents`` and
+``chunk_documents``, with ``filter_documents`` and ``generate_answer`` when offered), the agent
+walks them in order — retrieve, filter, chunk, generate — as `rollout.agents.heuristic_pipeline`
+describes, within ``pipeline_max_turns`` turns instead of ``max_turns``: a two-hop question takes
+seven calls and the answer there, while one search per hop is enough elsewhere.
+
 Steps. A question with a nested reference ("In which city was the founder of X born?") is
 answered in two hops: first a query that resolves "the founder of X", then the question with
 that entity substituted. Each tool call is one turn and the answer is the last turn, so at
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.agents.base import AgentResult, TaskTools, query_functions
+from rollout.agents.heuristic_pipeline import answer_with_pipeline, find_pipeline_tools
 from rollout.agents.heuristic_reading import (
     IDENTIFIER,
     Evidence,
@@ -175,19 +182,25 @@ class _Episode:
 class HeuristicAgent:
     """Rule-based agent: decompose, search, read the best span (see the module docstring)."""
 
-    def __init__(self, max_turns: int = 4, top_k: int = 5) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns={max_turns} must be at least 1 (the answering turn)")
+    def __init__(self, max_turns: int = 4, top_k: int = 5, pipeline_max_turns: int = 10) -> None:
+        for name, turns in (("max_turns", max_turns), ("pipeline_max_turns", pipeline_max_turns)):
+            if turns < 1:
+                raise ValueError(f"{name}={turns} must be at least 1 (the answering turn)")
         if top_k < 1:
             raise ValueError(f"top_k={top_k} must be at least 1")
         self.max_turns = max_turns
         self.top_k = top_k
+        self.pipeline_max_turns = pipeline_max_turns
 
     deterministic = True
 
     async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult:
-        episode = _Episode(question, tools, events, self.max_turns, self.top_k)
         plan = plan_question(question)
+        steps = find_pipeline_tools(tools.tool_specs)
+        if steps is not None:
+            episode = _Episode(question, tools, events, self.pipeline_max_turns, self.top_k)
+            return episode.finish(await answer_with_pipeline(plan, steps, episode, self.top_k))
+        episode = _Episode(question, tools, events, self.max_turns, self.top_k)
         retrieval = find_retrieval_tools(tools.tool_specs)
         if not retrieval and await self._activate_retrieval(question, episode):
             retrieval = find_retrieval_tools(tools.tool_specs)

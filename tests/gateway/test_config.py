@@ -15,11 +15,20 @@ from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
         ("rag_sparse_only.json", ["query_knowledge_base_sparse"]),
         ("rag_no_tool.json", []),
         ("rag_hybrid_fused.json", ["query_knowledge_base_hybrid"]),
+        *[(f"rag_pipeline{kind}.json", ["retrieve_documents", "filter_documents", "chunk_documents", "generate_answer"])
+          for kind in ("", "_dense", "_sparse")],
     ],
 )
 def test_shipped_gateway_files_resolve_to_their_tools(name, tools):
     plan = plan_gateway(load_gateway_file(GATEWAYS_DIR / name))
     assert [t.fn.__name__ for t in plan.tools] == tools
+
+
+@pytest.mark.parametrize(("kind", "indexes"), [("", {"dense", "hybrid"}), ("_dense", {"dense"}),
+                                               ("_sparse", {"dense", "sparse"})])
+def test_pipeline_files_load_the_dense_index_for_the_offline_filter(kind, indexes):
+    # filter_documents scores with the dense encoder offline, so even the sparse pipeline loads it.
+    assert set(plan_gateway(load_gateway_file(GATEWAYS_DIR / f"rag_pipeline{kind}.json")).requires) == indexes
 
 
 def test_mixed_file_serves_system_and_rag_and_skips_other_types():
