@@ -372,6 +372,16 @@ async def test_visualize_given_documents_takes_their_scores_from_the_tasks_last_
         await _call(kb, "visualize_doc_relevance", {"doc_ids": ["nope"]}, meta=meta))
 
 
+async def test_visualize_against_a_query_without_a_dense_index_says_to_leave_the_query_out():
+    sparse_only = KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
+    result = await _call(sparse_only, "visualize_doc_relevance", {"doc_ids": ["veltrix"], "query": FOUNDER},
+                         groups=["rag_visualize"])
+    message = _error(result)
+    assert "needs the dense index's encoder" in message and "leave query out" in message
+    shown = await _call(sparse_only, "visualize_doc_relevance", {"doc_ids": ["veltrix"]}, groups=["rag_visualize"])
+    assert not shown.is_error and "veltrix" in shown.content[0].text
+
+
 # --- the LLM endpoint ---
 
 
