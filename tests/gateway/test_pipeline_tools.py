@@ -28,10 +28,11 @@ from tests.gateway.loopback import gateway_file
 
 FILLER = " ".join(f"filler{i}" for i in range(430))
 PASSAGES = [
-    # Document "voss" is chunked into three passages; its second passage is long (chunked again by recall).
+    # Document "voss" is chunked into three passages; its second passage is long (chunked again by recall), and
+    # its last has a title of its own.
     Passage("voss-0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961.", doc_id="voss"),
     Passage("voss-1", "Arlen Voss", f"{FILLER} Voss founded the Kelmor glassworks.", doc_id="voss"),
-    Passage("voss-2", "Arlen Voss", "Voss married a painter from Dravia.", doc_id="voss"),
+    Passage("voss-2", "Family", "Voss married a painter from Dravia.", doc_id="voss"),
     Passage("veltrix", "Veltrix Holdings", "Veltrix Holdings makes textile looms. It was founded in 1988 by Arlen Voss."),
     Passage("kelmor", "Kelmor", "Kelmor is a port city in Dravia with a glassworks."),
     Passage("dravia", "Dravia", "Dravia is a country on the northern sea."),
@@ -118,11 +119,13 @@ async def test_retrieve_ranks_whole_documents_by_their_best_passage(kb, kind):
     assert f"veltrix · Veltrix Holdings · {hits[0]['tokens']} tokens" in text.splitlines()[1]
 
 
-async def test_retrieve_sizes_a_chunked_document_by_all_its_passages(kb):
-    result = await _call(kb, "retrieve_documents", {"query": "Arlen Voss born Kelmor 1961", "max_docs": 1})
+@pytest.mark.parametrize(("query", "title"), [("Arlen Voss born Kelmor 1961", "Arlen Voss"),
+                                              ("Voss married a painter", "Family")])
+async def test_retrieve_names_and_sizes_a_chunked_document(kb, query, title):
+    result = await _call(kb, "retrieve_documents", {"query": query, "max_docs": 1})
     [hit] = result.structured_content["results"]
     counter = kb.token_counter()
-    assert hit["doc_id"] == "voss"
+    assert hit["doc_id"] == "voss" and hit["title"] == title  # the title of the passage that matched
     assert hit["tokens"] == sum(counter.count(p.text) for p in PASSAGES[:3]) > counter.count(PASSAGES[1].text)
 
 
@@ -151,12 +154,7 @@ async def test_offline_filter_scores_each_document_by_its_best_passage_cosine(kb
     assert not result.is_error
     content = result.structured_content
     assert content["scorer"] == "encoder" and content["threshold"] == 0
-    encoder = kb.retrievers["dense"].encoder
-    query = encoder.encode_queries([FOUNDER])[0]
-    expected = {}
-    for doc in docs:
-        vectors = encoder.encode_passages([p.contents for p in PASSAGES if p.source_id == doc])
-        expected[doc] = cosine_to_score(float(np.max(vectors @ query)))
+    expected = _encoder_scores(kb, FOUNDER, docs)
     got = {r["doc_id"]: r["relevance"] for r in content["results"]}
     assert got == expected
     # The document that answers scores above the unrelated one.
@@ -165,6 +163,28 @@ async def test_offline_filter_scores_each_document_by_its_best_passage_cosine(kb
     assert [r["doc_id"] for r in content["results"]] == sorted(docs, key=lambda d: (-expected[d], docs.index(d)))
     assert all(r["is_relevant"] for r in content["results"])
     assert content["relevant_doc_ids"] == [r["doc_id"] for r in content["results"]]
+
+
+def _encoder_scores(kb, query: str, docs: list[str]) -> dict[str, int]:
+    encoder = kb.retrievers["dense"].encoder
+    vector = encoder.encode_queries([query])[0]
+    scores = {}
+    for doc in docs:
+        vectors = encoder.encode_passages([p.contents for p in PASSAGES if p.source_id == doc])
+        scores[doc] = cosine_to_score(float(np.max(vectors @ vector)))
+    return scores
+
+
+async def test_offline_filter_scores_a_chunked_document_by_the_passage_that_answers(kb):
+    question = "Where was Arlen Voss born?"
+    result = await _call(kb, "filter_documents", {"query": question, "doc_ids": ["voss"]})
+    [scored] = result.structured_content["results"]
+    assert scored["relevance"] == _encoder_scores(kb, question, ["voss"])["voss"]
+    # Its first passage answers; the others, scored alone, would rank the document lower.
+    assert scored["relevance"] > _encoder_scores(kb, question, ["orchards"])["orchards"]
+    encoder = kb.retrievers["dense"].encoder
+    others = encoder.encode_passages([p.contents for p in PASSAGES[1:3]]) @ encoder.encode_queries([question])[0]
+    assert scored["relevance"] > cosine_to_score(float(np.max(others)))
 
 
 async def test_filter_marks_relevant_documents_at_the_threshold(kb):
@@ -297,6 +317,7 @@ async def _sources(kb, **arguments):
 async def test_search_sources_searches_a_folder_of_the_corpus(folder_kb, folder):
     assert sorted(await _sources(folder_kb)) == sorted(FILES)
     assert await _sources(folder_kb, recursive=False) == ["README.md"]
+    assert len(await _sources(folder_kb, max_docs=2)) == 2
     assert sorted(await _sources(folder_kb, path="guides")) == ["guides/advanced/tuning.md", "guides/setup.md"]
     assert await _sources(folder_kb, path="guides/", recursive=False) == ["guides/setup.md"]
     assert await _sources(folder_kb, path="guides/advanced/tuning.md") == ["guides/advanced/tuning.md"]
