@@ -201,9 +201,11 @@ def _score_documents(kb: KnowledgeBase, query: str, docs: list[str]) -> tuple[st
 
 def encoder_scores(kb: KnowledgeBase, query: str, docs: Sequence[str]) -> list[int]:
     """Each document's offline relevance: its best passage's cosine with the query, as a 0-10 score."""
-    encoder = getattr(kb.retriever("dense"), "encoder", None)
+    encoder = getattr(kb.retrievers.get("dense"), "encoder", None)
     if encoder is None:
-        raise ValueError("the offline relevance filter needs the dense index's encoder, which this gateway lacks")
+        raise ValueError("scoring documents offline needs the dense index's encoder, which this gateway has not "
+                         "loaded: visualize_doc_relevance shows them unscored if you leave query out; "
+                         "filter_documents then needs an LLM endpoint (llm.model and llm.base_url)")
     passages = [(i, p) for i, doc in enumerate(docs) for p in kb.doc_passages(doc)]
     query_vector = encoder.encode_queries([query])[0]
     vectors = encoder.encode_passages([p.contents for _, p in passages])
