@@ -130,7 +130,7 @@ class StepLLM:
         return asyncio.run(all_of())
 
 
-_FIRST_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_FIRST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")  # with its sign: "-3" is clamped to 0, not read as 3
 
 
 def parse_score(reply: str) -> int | None:

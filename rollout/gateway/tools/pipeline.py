@@ -128,9 +128,10 @@ def _candidates(kb: KnowledgeBase, ctx: Context, query: str, retriever: str, ran
     results = [Candidate(id=doc, doc_id=doc, title=kb.passages[row].title, score=score, rank=i,
                          tokens=_doc_tokens(kb, doc)) for i, (doc, score, row) in enumerate(ranked, start=1)]
     rows = [RelevanceRow(c.doc_id, c.title, c.score, tokens=c.tokens) for c in results]
+    source = f"{source}, {retriever}"  # shown again by visualize_doc_relevance as it was first shown
     kb.recent.remember(_task(ctx), source, query, rows)
     listing = CandidateList(query=query, retriever=retriever, path=path, results=results)
-    return _view_result(render_relevance(query, rows, source=f"{source}, {retriever}"), listing)
+    return _view_result(render_relevance(query, rows, source=source), listing)
 
 
 def retrieve_tool(kind: str) -> ToolFn:
@@ -248,7 +249,8 @@ def generate_answer(query: Query, doc_ids: DocIds, ctx: Context,
     """[Generate] Step 4: answer the question from the given documents only.
 
     The gateway's reader reads the documents' chunks most relevant to the question and answers
-    briefly; an empty answer means the documents did not say.
+    briefly. The offline reader returns the best span of the kind the question asks for (a name, a
+    year, a number...), empty when the documents hold none; it does not judge whether they answer.
     """
     kb = kb_of(ctx)
 
@@ -292,7 +294,9 @@ def search_sources(query: Query, ctx: Context, path: SourcePath = None, recursiv
         q = kb.check_query(query)
         n = kb.check_count("max_docs", max_docs, kb.default_max_files)
         scope = source_scope(kb.steps.sources_root, path)
-        docs = [doc for doc in kb.doc_rows() if in_scope(doc, scope, recursive)]
+        # Only a folder corpus has paths to scope by; other ids may hold "/" (say "AC/DC") and are all searched.
+        folder = kb.steps.sources_root is not None
+        docs = [doc for doc in kb.doc_rows() if not folder or in_scope(doc, scope, recursive)]
         if not docs:
             raise ValueError(f"no documents under {path!r}; pass a folder of the corpus, or leave path out")
         return _candidates(kb, ctx, q, "sources", rank_in_scope(kb, q, docs)[:n], "search_sources", scope or None)
