@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from rollout.errors import ConfigError
-from rollout.gateway.metering import CallAccountant
 from rollout.gateway.http_app import GatewayServer, gateway_app, mcp_path
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.metering import CallAccountant
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware

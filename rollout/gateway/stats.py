@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from rollout.run_folder import CALLS_FILE
-from rollout.wire import META_ACCOUNTING, META_ATTEMPT, META_CALL_ID, META_TASK_ID, META_WORKER_ID, Outcome, classify_result
+from rollout.wire import (
+    META_ACCOUNTING,
+    META_ATTEMPT,
+    META_CALL_ID,
+    META_TASK_ID,
+    META_WORKER_ID,
+    Outcome,
+    classify_result,
+)
 
 logger = logging.getLogger(__name__)
 
