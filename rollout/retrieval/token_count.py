@@ -8,6 +8,8 @@ them all, without torch. Special tokens are not counted: a count is of the text 
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,16 @@ from typing import Any
 from rollout.errors import RetrievalError
 
 TOKENIZER_FILE = "tokenizer.json"
+
+
+_ASCII_SPACE = re.compile(r"[ \t\n\r]+")
+"""Where a BERT-style tokenizer always splits (its normalizer makes \t, \n and \r spaces; its pre-tokenizer
+splits at spaces), so no token spans it."""
+_WORD_CACHE_SIZE = 200_000
+_BY_WORD = ("BertPreTokenizer", "WhitespaceSplit", "Whitespace")
+"""Pre-tokenizers that split at every space, so a text's count is the sum of its words' counts."""
+_CONTEXT_FREE = ("BertNormalizer", "NoneType")
+"""Normalizers that map each character on its own, never across a space (lowercase, accents, control chars)."""
 
 
 class TokenCounter:
@@ -28,12 +40,41 @@ class TokenCounter:
         self._encode_fast = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         self.name = name
         """What `tokenizer=` named (`bundled:all-MiniLM-L6-v2` for the default)."""
+        # Every tool result is counted, and results repeat the same passages' words: for a tokenizer whose
+        # count adds up word by word (BERT's WordPiece, the default), counting each distinct word once makes
+        # a result's count a few dictionary lookups. The count is the same; other tokenizers encode the text.
+        self._by_word = (type(tokenizer.pre_tokenizer).__name__ in _BY_WORD
+                         and type(tokenizer.normalizer).__name__ in _CONTEXT_FREE)
+        self._words: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
         """Tokens of `text` (0 for an empty text)."""
         if not text:
             return 0
+        if self._by_word:
+            return self._count_by_word(text)
         return self.count_batch([text])[0]
+
+    def _count_by_word(self, text: str) -> int:
+        words = _ASCII_SPACE.split(text)
+        known = self._words
+        counts: dict[str, int] = {}
+        missing = []
+        for word in set(words):
+            n = known.get(word)
+            if n is None:
+                missing.append(word)
+            else:
+                counts[word] = n
+        if missing:
+            fresh = dict(zip(missing, self.count_batch(missing), strict=True))
+            counts.update(fresh)
+            with self._lock:  # tool calls are counted on several threads; a full cache starts over
+                if len(known) + len(fresh) > _WORD_CACHE_SIZE:
+                    known.clear()
+                known.update(fresh)
+        return sum(counts[w] for w in words)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         """`count` of each text, encoded in one batch (without character offsets, which counting does not need:
