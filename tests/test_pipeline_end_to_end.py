@@ -13,6 +13,7 @@ import pytest
 
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
+from tests.agents.chat_server import chat_server
 from tests.test_end_to_end import read_jsonl
 
 SLICE = ["dataset.n_passages=400", "dataset.n_questions=40", "dataset.limit=16", "workers=2", "concurrency_per_worker=4"]
@@ -60,3 +61,34 @@ def test_the_pipeline_answers_most_questions(pipeline_run):
     # Measured: 15 of 16 on this slice (EM 0.94; all 40 questions of this KB 0.85, the 200 of the default demo
     # 0.84). The floor leaves room for three more misses.
     assert summary["n"] == 16 and summary["metrics"]["exact_match"] >= 0.75
+
+
+def test_with_an_endpoint_the_gateway_filters_and_answers_with_the_llm(ray_local, cache_dir, tmp_path):
+    # The heuristic agent has no LLM of its own: the endpoint reaches only the gateway's filter and answer
+    # tools, through the run's llm: block. The scripted server's default reply scores nothing and answers
+    # "I don't know.", with 20 prompt and 5 completion tokens per request.
+    with chat_server() as server:
+        out = run(compose_run_config(
+            "mode=pipeline", f"output_dir={tmp_path / 'llm'}", f"cache_dir={cache_dir}", *SLICE[:2],
+            "dataset.limit=3", "llm.model=scripted", f"llm.base_url={server.base_url}", "llm.api_key_env=null",
+        )).output_dir
+        prompts = [m["content"] for r in server.chat_requests for m in r["messages"] if m["role"] == "user"]
+    trajectory = read_jsonl(out / "trajectory.jsonl")
+    assert len(trajectory) == 3 and all(t["status"] == "ok" for t in trajectory)
+    calls = [c for t in trajectory for c in t["tool_calls"]]
+    filters = [c for c in calls if c["name"] == "filter_documents"]
+    answers = [c for c in calls if c["name"] == "generate_answer"]
+    assert filters and answers
+    # One request per filtered document, one per answer; each counted against its call.
+    requests = sum(len(c["arguments"]["doc_ids"]) for c in filters) + len(answers)
+    assert len(prompts) == requests
+    assert sum(1 for p in prompts if p.startswith("Rate how useful the document is")) == requests - len(answers)
+    for call in filters + answers:
+        cost = call["accounting"]
+        n = len(call["arguments"]["doc_ids"]) if call["name"] == "filter_documents" else 1
+        assert (cost["llm_prompt_tokens"], cost["llm_completion_tokens"]) == (20 * n, 5 * n), call["name"]
+    assert all(t["prediction"] == "I don't know." for t in trajectory)
+    summary = json.loads((out / "evaluation_summary.json").read_text())
+    assert summary["accounting"]["tokens"]["filtering"] > 0 and summary["accounting"]["tokens"]["generation"] > 0
+    identity = json.loads((out / "fingerprint.json").read_text())
+    assert identity["settings"]["llm.model"] == "scripted"
