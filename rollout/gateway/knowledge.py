@@ -128,6 +128,7 @@ class KnowledgeBase:
     recent: RecentResults = field(default_factory=RecentResults, repr=False, compare=False)
     """Each task's last scored document list, for `visualize_doc_relevance`."""
     _doc_rows: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
+    _doc_tokens: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def token_counter(self) -> TokenCounter:
         """The tokenizer budgets and context counts use (the bundled encoder's unless one was given)."""
@@ -197,6 +198,13 @@ class KnowledgeBase:
     def doc_passages(self, doc: str) -> list[Passage]:
         """The passages of a known document, in corpus order."""
         return [self.passages[row] for row in self.doc_rows()[doc]]
+
+    def doc_tokens(self, doc: str) -> int:
+        """A known document's size: the tokens of its passages' text; counted once per document."""
+        size = self._doc_tokens.get(doc)
+        if size is None:
+            size = self._doc_tokens[doc] = sum(self.token_counter().count_batch([p.text for p in self.doc_passages(doc)]))
+        return size
 
     def rank_documents(self, kind: str, query: str, n: int) -> list[tuple[str, float, int]]:
         """(document, best passage score, that passage's row) of the `n` best documents by index `kind`."""

@@ -119,14 +119,10 @@ def _view_result(text: str, model: BaseModel) -> Annotated[CallToolResult, Any]:
                           structured_content=model.model_dump(mode="json"))
 
 
-def _doc_tokens(kb: KnowledgeBase, doc: str) -> int:
-    return sum(kb.token_counter().count_batch([p.text for p in kb.doc_passages(doc)]))
-
-
 def _candidates(kb: KnowledgeBase, ctx: Context, query: str, retriever: str, ranked: Sequence[tuple[str, float, int]],
                 source: str, path: str | None = None) -> CallToolResult:
     results = [Candidate(id=doc, doc_id=doc, title=kb.passages[row].title, score=score, rank=i,
-                         tokens=_doc_tokens(kb, doc)) for i, (doc, score, row) in enumerate(ranked, start=1)]
+                         tokens=kb.doc_tokens(doc)) for i, (doc, score, row) in enumerate(ranked, start=1)]
     rows = [RelevanceRow(c.doc_id, c.title, c.score, tokens=c.tokens) for c in results]
     source = f"{source}, {retriever}"  # shown again by visualize_doc_relevance as it was first shown
     kb.recent.remember(_task(ctx), source, query, rows)
