@@ -136,6 +136,40 @@ async def test_retrieve_rejects_a_bad_count_and_an_empty_query(kb):
     assert "query is empty" in _error(await _call(kb, "retrieve_documents", {"query": "   "}))
 
 
+# --- search_documents and recall_documents on every index ---
+
+
+@pytest.mark.parametrize(("group", "kind"), [("rag_search", "sparse"), ("rag_search_dense", "dense"),
+                                             ("rag_search_hybrid", "hybrid")])
+async def test_document_search_ranks_on_the_index_its_group_names(kb, group, kind):
+    result = await _call(kb, "search_documents", {"query": FOUNDER, "max_files": 5}, groups=[group])
+    content = result.structured_content
+    assert content["retriever"] == kind
+    retrieved = await _call(kb, "retrieve_documents", {"query": FOUNDER, "max_docs": 5},
+                            groups=[f"rag_retrieve_{kind}"])
+    # The same documents and scores as the pipeline's retrieve on that index: both rank by best passage.
+    assert [(h["doc_id"], h["score"]) for h in content["results"]] == [
+        (h["doc_id"], h["score"]) for h in retrieved.structured_content["results"]]
+
+
+@pytest.mark.parametrize(("group", "kind"), [("rag_recall", "sparse"), ("rag_recall_dense", "dense"),
+                                             ("rag_recall_hybrid", "hybrid")])
+async def test_recall_without_ids_reads_the_documents_its_index_finds(kb, group, kind):
+    query = "painter from Dravia"
+    result = await _call(kb, "recall_documents", {"query": query, "max_tokens": 500}, groups=[group])
+    found = await _call(kb, "search_documents", {"query": query},
+                        groups=[{"sparse": "rag_search"}.get(kind, f"rag_search_{kind}")])
+    assert result.structured_content["doc_ids"] == [h["doc_id"] for h in found.structured_content["results"]]
+
+
+async def test_dense_document_search_finds_documents_sharing_no_word_with_the_query(kb):
+    query = "weaving machine company"  # veltrix makes "textile looms": no word in common
+    dense = await _call(kb, "search_documents", {"query": query}, groups=["rag_search_dense"])
+    sparse = await _call(kb, "search_documents", {"query": query}, groups=["rag_search"])
+    assert dense.structured_content["results"][0]["doc_id"] == "veltrix"
+    assert sparse.structured_content["results"] == []  # BM25 needs a shared word
+
+
 # --- filter_documents, offline ---
 
 
