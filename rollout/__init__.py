@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "Agent",
     "AgentResult",
+    "CallAccounting",
     "Passage",
     "Question",
     "RolloutError",
     "RunConfig",
     "RunOutcome",
     "RunSummary",
+    "TaskAccounting",
     "TaskEvent",
     "TaskResult",
     "TaskTools",
@@ -40,6 +42,8 @@ _HOMES = {
     "Agent": "rollout.agents.base",
     "AgentResult": "rollout.agents.base",
     "TaskTools": "rollout.agents.base",
+    "CallAccounting": "rollout.accounting",
+    "TaskAccounting": "rollout.accounting",
     "Passage": "rollout.records",
     "Question": "rollout.records",
     "TaskResult": "rollout.records",
@@ -56,6 +60,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
+    from rollout.accounting import CallAccounting, TaskAccounting
     from rollout.agents.base import Agent, AgentResult, TaskTools
     from rollout.errors import RolloutError
     from rollout.records import Passage, Question, TaskResult, ToolCallRecord, ToolResult
