@@ -65,7 +65,8 @@ Outcome = Literal[
 ok: the tool answered. tool_error: the tool reported an error meant for the model.
 invalid_arguments: the arguments failed the tool's schema. unknown_tool: no such tool (or one the
 task's tool sets do not offer). timeout: no answer in time (the gateway's `--tool-timeout-s`, or the
-client's `call_timeout_s`). upstream_unavailable: the upstream MCP server of a proxied tool is down.
+client's `call_timeout_s`). upstream_unavailable: the upstream MCP server of a proxied tool, or the LLM
+endpoint a step tool asks (`filter_documents`, `generate_answer`), is down or refuses.
 protocol_error: the gateway failed while handling the call. cancelled: the client went away
 mid-call (gateway side only). transport_error: the client could not reach the gateway (client side
 only: such a call has no ledger record).

@@ -99,6 +99,10 @@ def cosine_to_score(cosine: float) -> int:
     return round(10 * min(1.0, max(0.0, fraction)))
 
 
+class EndpointFailed(RuntimeError):
+    """The LLM endpoint a step tool asks failed for good (refused, or out of retries)."""
+
+
 class StepLLM:
     """Chat-completions requests from a tool running on a worker thread, each counted against the tool call."""
 
@@ -107,9 +111,10 @@ class StepLLM:
 
     def complete(self, requests: Sequence[list[dict[str, Any]]], *, model: str | None = None,
                  max_tokens: int | None = None) -> list[str]:
-        """The reply to each request (sent concurrently, on `model` or the configured one); an `LLMError` when
+        """The reply to each request (sent concurrently, on `model` or the configured one); `EndpointFailed` when
         one fails for good. A client per call: calls run on several threads, each in its own event loop."""
         from rollout.agents.llm_client import ChatClient, RetryPolicy
+        from rollout.errors import LLMError
 
         settings = self.settings if not model else replace(self.settings, model=model)
         client = ChatClient(settings, RetryPolicy(max_retries=settings.max_retries))
@@ -127,7 +132,10 @@ class StepLLM:
             finally:
                 await client.aclose()
 
-        return asyncio.run(all_of())
+        try:
+            return asyncio.run(all_of())
+        except LLMError as e:
+            raise EndpointFailed(f"the LLM endpoint failed: {e}") from e
 
 
 _FIRST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")  # with its sign: "-3" is clamped to 0, not read as 3

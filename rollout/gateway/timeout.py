@@ -19,9 +19,9 @@ from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension
-from mcp_types import CallToolRequestParams, CallToolResult, TextContent
+from mcp_types import CallToolRequestParams, CallToolResult
 
-from rollout.wire import META_OUTCOME
+from rollout.gateway.upstream import error_result
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def timeout_result(tool: str, timeout_s: float) -> CallToolResult:
         f"Tool {tool} timed out after {timeout_s:g} s on the gateway (--tool-timeout-s). "
         "Try a narrower request, or raise the gateway's limit."
     )
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True, _meta={META_OUTCOME: "timeout"})
+    return error_result(text, outcome="timeout")
 
 
 def _drop_result(task: asyncio.Future[Any]) -> None:

@@ -156,7 +156,7 @@ class UpstreamToolSet:
             result = await client.call_tool(name, arguments, meta=meta or None)
         except Exception as e:  # transport failures surface as httpx2/anyio/OS errors, often grouped
             if isinstance(e, MCPError) and e.code == REQUEST_TIMEOUT:
-                return _error_result(f"upstream MCP server {self.spec.url} did not answer {name} in time: {e}")
+                return error_result(f"upstream MCP server {self.spec.url} did not answer {name} in time: {e}")
             if not is_transport_failure(e):
                 raise
             self._session.report_broken(generation, e)  # the session reopens itself
@@ -165,7 +165,7 @@ class UpstreamToolSet:
 
     def _unavailable(self, reason: str) -> CallToolResult:
         s = self.spec
-        return _error_result(
+        return error_result(
             f"upstream MCP server {s.url} (tool set {s.name!r}) is unavailable: {reason}. "
             "Its tools answer again once it is back",
             outcome="upstream_unavailable",
@@ -268,7 +268,8 @@ def _without_server_info(result: CallToolResult) -> CallToolResult:
     return result.model_copy(update={"meta": meta or None})
 
 
-def _error_result(text: str, *, outcome: str | None = None) -> CallToolResult:
+def error_result(text: str, *, outcome: str | None = None) -> CallToolResult:
+    """A tool error result the gateway makes itself, marked with its `outcome` (`rollout.wire.GATEWAY_MARKED`)."""
     return CallToolResult(
         content=[TextContent(type="text", text=text)], is_error=True,
         _meta={META_OUTCOME: outcome} if outcome else None,

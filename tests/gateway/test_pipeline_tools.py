@@ -22,7 +22,7 @@ from rollout.gateway.steps import ANSWER_SYSTEM, COSINE_TEN, COSINE_ZERO, StepSe
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, load_or_build_indexes
-from rollout.wire import META_ACCOUNTING, META_TASK_ID
+from rollout.wire import INFRA_OUTCOMES, META_ACCOUNTING, META_TASK_ID, classify_result
 from tests.agents.chat_server import MODEL, answer, chat_server, error, usage
 from tests.gateway.loopback import gateway_file
 
@@ -540,3 +540,18 @@ async def test_an_unreachable_endpoint_is_a_tool_error(kb):
     for tool in ("filter_documents", "generate_answer"):
         message = _error(await _call(closed, tool, {"query": FOUNDER, "doc_ids": ["veltrix"]}))
         assert f"the LLM endpoint failed: could not connect to http://127.0.0.1:{port}/v1" in message
+
+
+async def test_a_failed_endpoint_is_an_infrastructure_failure_not_an_agent_error(kb):
+    # The tool could not do its work: the result is marked so the task is not recorded as answered without it.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    closed = _llm_kb(kb, f"http://127.0.0.1:{port}/v1")
+    for tool in ("filter_documents", "generate_answer"):
+        result = await _call(closed, tool, {"query": FOUNDER, "doc_ids": ["veltrix"]})
+        ok, outcome, _, _ = classify_result(result)
+        assert not ok and outcome == "upstream_unavailable" and outcome in INFRA_OUTCOMES
+    # Bad arguments stay the agent's own error.
+    _, outcome, _, _ = classify_result(await _call(closed, "generate_answer", {"query": FOUNDER, "doc_ids": ["nope"]}))
+    assert outcome == "tool_error"

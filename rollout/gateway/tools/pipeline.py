@@ -24,6 +24,7 @@ from rollout.gateway.steps import (
     ANSWER_SYSTEM,
     FILTER_DOC_TOKENS,
     FILTER_PROMPT,
+    EndpointFailed,
     StepLLM,
     cosine_to_score,
     in_scope,
@@ -33,6 +34,7 @@ from rollout.gateway.steps import (
 from rollout.gateway.tool_params import KBDefault
 from rollout.gateway.tools.documents import RANKING, kb_of
 from rollout.gateway.toolsets import toolset_scope_of
+from rollout.gateway.upstream import error_result
 from rollout.relevance_view import RelevanceRow, render_relevance
 from rollout.retrieval.recall import bm25_scores
 
@@ -108,10 +110,15 @@ def _task(ctx: Context) -> Any:
 
 
 def _as_tool_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`fn`'s result; bad arguments become a tool error for the agent, and a failed LLM endpoint an error marked
+    `upstream_unavailable`: the tool could not do its work, so the task is recorded as an infrastructure failure,
+    not as answered without it."""
     try:
         return fn(*args, **kwargs)
     except ValueError as e:
         raise ToolError(str(e)) from e
+    except EndpointFailed as e:
+        return error_result(str(e), outcome="upstream_unavailable")
 
 
 def _view_result(text: str, model: BaseModel) -> Annotated[CallToolResult, Any]:
@@ -188,7 +195,7 @@ def _score_documents(kb: KnowledgeBase, query: str, docs: list[str]) -> tuple[st
         for doc in docs:
             text = "\n\n".join(c.text for c in kb.read_documents(query, [doc], FILTER_DOC_TOKENS, "").results)
             requests.append([{"role": "user", "content": FILTER_PROMPT.format(query=query, doc_id=doc, text=text)}])
-        replies = _llm(llm, requests, max_tokens=8)
+        replies = StepLLM(llm).complete(requests, max_tokens=8)
         return f"llm:{llm.model}", [parse_score(r) or 0 for r in replies]
     if not kb.steps.offline:
         raise ValueError("filter_documents has no LLM endpoint to score with (set llm.model and llm.base_url) and "
@@ -210,15 +217,6 @@ def encoder_scores(kb: KnowledgeBase, query: str, docs: Sequence[str]) -> list[i
     for (i, _), cosine in zip(passages, vectors @ query_vector, strict=True):
         best[i] = max(best[i], float(cosine))
     return [cosine_to_score(float(c)) for c in best]
-
-
-def _llm(llm: Any, requests: list[list[dict[str, Any]]], **kwargs: Any) -> list[str]:
-    from rollout.errors import LLMError
-
-    try:
-        return StepLLM(llm).complete(requests, **kwargs)
-    except LLMError as e:
-        raise ValueError(f"the LLM endpoint failed: {e}") from e
 
 
 def chunk_documents(doc_ids: DocIds, ctx: Context, token_limit: TokenLimit = 2000,
@@ -262,7 +260,7 @@ def generate_answer(query: Query, doc_ids: DocIds, ctx: Context,
             documents = "\n\n".join(f"[{c.doc_id}] {c.title}\n{c.text}" for c in chunks)
             messages = [{"role": "system", "content": ANSWER_SYSTEM},
                         {"role": "user", "content": f"Documents:\n{documents}\n\nQuestion: {q}"}]
-            [reply] = _llm(llm, [messages], model=model)
+            [reply] = StepLLM(llm).complete([messages], model=model)
             answer = reply.strip()
             return GeneratedAnswer(query=q, answer="" if answer.lower() == "unknown" else answer, doc_ids=docs,
                                    reader=f"llm:{model or llm.model}", context_tokens=context)
