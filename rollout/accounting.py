@@ -13,7 +13,7 @@ exact text the agent receives, so a chunk budget and a context count mean the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -46,9 +46,7 @@ class CallAccounting:
         return self.llm_prompt_tokens + self.llm_completion_tokens
 
     def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "context_tokens": self.context_tokens,
-                "llm_prompt_tokens": self.llm_prompt_tokens, "llm_completion_tokens": self.llm_completion_tokens,
-                "llm_ms": self.llm_ms}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Any) -> CallAccounting | None:

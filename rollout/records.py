@@ -136,9 +136,7 @@ class ToolCallRecord:
     None when the call never reached a gateway that reports it."""
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["accounting"] = None if self.accounting is None else self.accounting.to_json()
-        return data
+        return asdict(self)  # the accounting as `CallAccounting.to_json`, which is its fields
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolCallRecord:
@@ -256,7 +254,6 @@ class TaskResult:
         """The trajectory line: every field in declaration order, tool calls and events as their JSON."""
         data = asdict(self)  # tool calls become their `to_json` (both are asdict)
         data["events"] = [e.to_json() for e in self.events]  # asdict would drop each event's `type`
-        data["tool_calls"] = [c.to_json() for c in self.tool_calls]
         data["accounting"] = None if self.accounting is None else self.accounting.to_json()
         return data
 

@@ -11,7 +11,7 @@ This module holds the tools' result models and argument limits; the retrieval it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,13 +213,19 @@ class KnowledgeBase:
         depth = min(len(self.passages), max(100, 10 * n))
         if depth == 0:
             return []
-        hits = retriever.search([query], depth)
-        best: dict[str, tuple[float, int]] = {}  # BM25 returns only passages that match (score above 0)
-        for row, score in zip(hits.indices[0].tolist(), hits.scores[0].tolist(), strict=True):
-            if row < 0 or self.passages[row].source_id in best:
-                continue
-            best[self.passages[row].source_id] = (score, row)
-        ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))[:n]
+        hits = retriever.search([query], depth)  # BM25 returns only passages that match (score above 0)
+        scored = zip(hits.indices[0].tolist(), hits.scores[0].tolist(), strict=True)
+        return self.best_per_document((row, score) for row, score in scored if row >= 0)[:n]
+
+    def best_per_document(self, scored: Iterable[tuple[int, float]]) -> list[tuple[str, float, int]]:
+        """(document, best passage score, that passage's row) from scored passage rows, best first (ties by row);
+        of a document's passages with the same best score, the first given counts."""
+        best: dict[str, tuple[float, int]] = {}
+        for row, score in scored:
+            doc = self.passages[row].source_id
+            if doc not in best or score > best[doc][0]:
+                best[doc] = (score, row)
+        ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))
         return [(doc, score, row) for doc, (score, row) in ranked]
 
     def check_count(self, name: str, value: int | None, default: int) -> int:

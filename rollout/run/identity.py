@@ -62,8 +62,8 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "score_failed": cfg.score_failed,
     }
-    if not isinstance(llm, Mapping) and cfg.step_llm() is not None:
-        llm = cfg.step_llm()  # the gateway's filter and answer tools ask the endpoint: its settings decide results
+    if not isinstance(llm, Mapping):
+        llm = cfg.step_llm()  # the gateway's filter and answer tools may ask the endpoint: its settings decide results
     if isinstance(llm, Mapping):
         tree["llm"] = llm
     flat: dict[str, Any] = {}

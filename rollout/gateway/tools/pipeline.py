@@ -303,13 +303,7 @@ def rank_in_scope(kb: KnowledgeBase, query: str, docs: Sequence[str]) -> list[tu
     documents sharing no word with the query are left out."""
     rows = [row for doc in docs for row in kb.doc_rows()[doc]]
     scores = bm25_scores(query, [kb.passages[r].contents for r in rows], **kb.bm25_options())
-    best: dict[str, tuple[float, int]] = {}
-    for row, score in zip(rows, scores, strict=True):
-        doc = kb.passages[row].source_id
-        if score > 0 and score > best.get(doc, (0.0, row))[0]:
-            best[doc] = (score, row)
-    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))
-    return [(doc, score, row) for doc, (score, row) in ranked]
+    return kb.best_per_document((row, score) for row, score in zip(rows, scores, strict=True) if score > 0)
 
 
 def visualize_doc_relevance(ctx: Context, doc_ids: OptionalDocIds = None, query: OptionalQuery = None) -> str:
