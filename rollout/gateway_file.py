@@ -93,7 +93,9 @@ class GatewayModule(BaseModel):
         return {**data, "tool_groups": names, "group_options": options}
 
 
-STEP_LLM_GROUPS = ("rag_filter", "rag_generate")
+FILTER_GROUP, GENERATE_GROUP, VISUALIZE_GROUP = "rag_filter", "rag_generate", "rag_visualize"
+"""Step tool groups the run side must know by name (registered in `rollout.gateway.tools.pipeline`)."""
+STEP_LLM_GROUPS = (FILTER_GROUP, GENERATE_GROUP)
 """Tool groups whose tools call the run's `llm:` endpoint when one is configured (relevance filter, answer)."""
 
 

@@ -28,7 +28,7 @@ from rollout.gateway.__main__ import (
 from rollout.gateway.http_app import gateway_app
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway
-from rollout.gateway_file import load_gateway_file
+from rollout.gateway_file import VISUALIZE_GROUP, load_gateway_file
 from rollout.retrieval.params import RetrievalParams
 from rollout.run_folder import replica_ledger_name
 from rollout.wire import resolve_token
@@ -36,10 +36,6 @@ from rollout.wire import resolve_token
 logger = logging.getLogger("rollout.gateway")
 
 DEPLOYMENT_NAME = "RolloutGateway"
-
-
-PER_TASK_GROUP = "rag_visualize"
-"""The tool group that keeps per-task state (`visualize_doc_relevance` shows a task's last results)."""
 
 
 def check_replicable(argv: list[str]) -> None:
@@ -54,8 +50,8 @@ def check_replicable(argv: list[str]) -> None:
     if plan_gateway(gateway).dynamic:
         raise ConfigError(f"{args.config} lets tasks load tool sets, which each replica would track apart; "
                           "use a static gateway file with gateway.replicas > 1, or gateway.replicas=1")
-    if PER_TASK_GROUP in gateway.tool_groups():
-        raise ConfigError(f"{args.config} serves {PER_TASK_GROUP}, which shows each task's last results as one "
+    if VISUALIZE_GROUP in gateway.tool_groups():  # the one group with per-task state
+        raise ConfigError(f"{args.config} serves {VISUALIZE_GROUP}, which shows each task's last results as one "
                           "replica remembers them; drop it from the gateway file, or use gateway.replicas=1")
 
 

@@ -35,6 +35,7 @@ from rollout.gateway.tool_params import KBDefault
 from rollout.gateway.tools.documents import RANKING, kb_of
 from rollout.gateway.toolsets import toolset_scope_of
 from rollout.gateway.upstream import error_result
+from rollout.gateway_file import FILTER_GROUP, GENERATE_GROUP, VISUALIZE_GROUP
 from rollout.relevance_view import RelevanceRow, render_relevance
 from rollout.retrieval.recall import bm25_scores
 
@@ -342,13 +343,13 @@ def register(registry: ToolRegistry) -> None:
     for kind in RANKING:
         registry.add(f"rag_retrieve_{kind}", retrieve_tool(kind), requires=(kind,), stage="retrieval",
                      description=f"Pipeline step 1: retrieve candidate documents by {RANKING[kind]}.")
-    registry.add("rag_filter", filter_documents, requires=("dense",), stage="filtering",
+    registry.add(FILTER_GROUP, filter_documents, requires=("dense",), stage="filtering",
                  description="Pipeline step 2: score documents 0-10 for relevance and keep the relevant ones.")
     registry.add("rag_chunk", chunk_documents, stage="chunking",
                  description="Pipeline step 3: read documents as chunks re-ranked against a query, within a token budget.")
-    registry.add("rag_generate", generate_answer, stage="generation",
+    registry.add(GENERATE_GROUP, generate_answer, stage="generation",
                  description="Pipeline step 4: answer a question from given documents with the gateway's reader.")
     registry.add("rag_sources", search_sources, stage="retrieval",
                  description="Search the files of one folder of the corpus by keywords.")
-    registry.add("rag_visualize", visualize_doc_relevance, stage="other",
+    registry.add(VISUALIZE_GROUP, visualize_doc_relevance, stage="other",
                  description="Show documents and their relevance scores as a compact text chart.")
