@@ -60,7 +60,7 @@ def test_two_replicas_on_two_nodes_match_one_gateway(two_nodes, tmp_path, cache_
     assert report["summary"]["total_calls"] == len(client_ids) and report["summary"]["discarded_calls"] == 0
 
 
-def test_replicas_refuse_what_they_cannot_serve():
+def test_replicas_refuse_what_they_cannot_serve(tmp_path):
     with pytest.raises(ConfigError, match="gateway.url"):
         compose_run_config("gateway.replicas=2", "gateway.url=http://127.0.0.1:1/mcp")
     with pytest.raises(ConfigError, match="at least 1"):
@@ -70,4 +70,9 @@ def test_replicas_refuse_what_they_cannot_serve():
         check_replicable(["--config", str(gateways / "rag_hybrid.json"), "--transport", "sse"])
     with pytest.raises(ConfigError, match="tool sets"):
         check_replicable(["--config", str(gateways / "rag_dynamic.json")])
+    visualize = tmp_path / "visualize.json"
+    visualize.write_text(json.dumps({"modules": [{"resource_type": "rag", "tool_groups": ["rag_visualize"]}]}))
+    with pytest.raises(ConfigError, match="rag_visualize, which shows each task's last results"):
+        check_replicable(["--config", str(visualize)])
     check_replicable(["--config", str(gateways / "rag_hybrid.json")])
+    check_replicable(["--config", str(gateways / "rag_pipeline.json")])
