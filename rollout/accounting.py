@@ -13,7 +13,7 @@ exact text the agent receives, so a chunk budget and a context count mean the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -46,7 +46,9 @@ class CallAccounting:
         return self.llm_prompt_tokens + self.llm_completion_tokens
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Its fields as `asdict` gives them, read directly: the gateway stamps every call, and asdict's deep
+        # copy would cost more than the dictionary itself.
+        return {name: getattr(self, name) for name in _CALL_FIELDS}
 
     @classmethod
     def from_json(cls, data: Any) -> CallAccounting | None:
@@ -70,6 +72,9 @@ class AccountedCall(Protocol):
     def latency_ms(self) -> float: ...
     @property
     def accounting(self) -> CallAccounting | None: ...
+
+
+_CALL_FIELDS = tuple(f.name for f in fields(CallAccounting))
 
 
 @dataclass(frozen=True, slots=True)
