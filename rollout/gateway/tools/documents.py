@@ -14,7 +14,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from rollout.gateway.knowledge import DocumentSearchResult, KnowledgeBase, RecallResult
 from rollout.gateway.registry import ToolFn, ToolRegistry
@@ -42,6 +42,12 @@ GROUP_SUFFIX = {"sparse": "", "dense": "_dense", "hybrid": "_hybrid"}
 
 def kb_of(ctx: Context) -> KnowledgeBase:
     return ctx.request_context.lifespan_context.kb
+
+
+def text_result(text: str, model: BaseModel) -> CallToolResult:
+    """A result whose text is written for the model (not the JSON of its structured content), with `model` as
+    the structured content."""
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=model.model_dump(mode="json"))
 
 
 def search_tool(kind: str) -> ToolFn:
@@ -73,10 +79,7 @@ def recall_tool(kind: str) -> ToolFn:
             result = kb_of(ctx).recall_documents(query, max_tokens, doc_ids, kind=kind)
         except ValueError as e:
             raise ToolError(str(e)) from e
-        return CallToolResult(
-            content=[TextContent(type="text", text=result.render())],
-            structured_content=result.model_dump(mode="json"),
-        )
+        return text_result(result.render(), result)
 
     recall_documents.__doc__ = f"""[Recall] Read the passages most relevant to a query, best first, within a token budget.
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import numpy as np
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 from pydantic import BaseModel, Field
 
 from rollout.gateway.knowledge import KnowledgeBase, RecallResult
@@ -32,7 +32,7 @@ from rollout.gateway.steps import (
     source_scope,
 )
 from rollout.gateway.tool_params import KBDefault
-from rollout.gateway.tools.documents import RANKING, kb_of
+from rollout.gateway.tools.documents import RANKING, kb_of, text_result
 from rollout.gateway.toolsets import toolset_scope_of
 from rollout.gateway.upstream import error_result
 from rollout.gateway_file import FILTER_GROUP, GENERATE_GROUP, VISUALIZE_GROUP
@@ -122,11 +122,6 @@ def _as_tool_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return error_result(str(e), outcome="upstream_unavailable")
 
 
-def _view_result(text: str, model: BaseModel) -> Annotated[CallToolResult, Any]:
-    return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=model.model_dump(mode="json"))
-
-
 def _candidates(kb: KnowledgeBase, ctx: Context, query: str, retriever: str, ranked: Sequence[tuple[str, float, int]],
                 source: str, path: str | None = None) -> CallToolResult:
     results = [Candidate(id=doc, doc_id=doc, title=kb.passages[row].title, score=score, rank=i,
@@ -135,7 +130,7 @@ def _candidates(kb: KnowledgeBase, ctx: Context, query: str, retriever: str, ran
     source = f"{source}, {retriever}"  # shown again by visualize_doc_relevance as it was first shown
     kb.recent.remember(_task(ctx), source, query, rows)
     listing = CandidateList(query=query, retriever=retriever, path=path, results=results)
-    return _view_result(render_relevance(query, rows, source=source), listing)
+    return text_result(render_relevance(query, rows, source=source), listing)
 
 
 def retrieve_tool(kind: str) -> ToolFn:
@@ -184,7 +179,7 @@ def filter_documents(query: Query, doc_ids: DocIds, ctx: Context,
         result = FilterResult(query=q, threshold=relevance_threshold, scorer=scorer, results=results,
                               relevant_doc_ids=[r.doc_id for r in results if r.is_relevant])
         view = render_relevance(q, rows, source=f"filter_documents, {scorer}", scale=10, threshold=relevance_threshold)
-        return _view_result(view, result)
+        return text_result(view, result)
 
     return _as_tool_error(run)
 
@@ -233,8 +228,7 @@ def chunk_documents(doc_ids: DocIds, ctx: Context, token_limit: TokenLimit = 200
         q = None if query is None or not query.strip() else kb.check_query(query)
         docs = kb.check_doc_ids(doc_ids, "retrieve_documents")
         result = kb.read_documents(q, docs, token_limit, "token_limit")
-        return CallToolResult(content=[TextContent(type="text", text=result.render())],
-                              structured_content=result.model_dump(mode="json"))
+        return text_result(result.render(), result)
 
     return _as_tool_error(run)
 
