@@ -532,10 +532,14 @@ async def test_a_failing_endpoint_is_a_tool_error(kb, llm):
         assert result.meta[META_ACCOUNTING]["stage"] == stage
 
 
-async def test_an_unreachable_endpoint_is_a_tool_error(kb):
+def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+async def test_an_unreachable_endpoint_is_a_tool_error(kb):
+    port = _closed_port()
     closed = _llm_kb(kb, f"http://127.0.0.1:{port}/v1")
     for tool in ("filter_documents", "generate_answer"):
         message = _error(await _call(closed, tool, {"query": FOUNDER, "doc_ids": ["veltrix"]}))
@@ -544,10 +548,7 @@ async def test_an_unreachable_endpoint_is_a_tool_error(kb):
 
 async def test_a_failed_endpoint_is_an_infrastructure_failure_not_an_agent_error(kb):
     # The tool could not do its work: the result is marked so the task is not recorded as answered without it.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    closed = _llm_kb(kb, f"http://127.0.0.1:{port}/v1")
+    closed = _llm_kb(kb, f"http://127.0.0.1:{_closed_port()}/v1")
     for tool in ("filter_documents", "generate_answer"):
         result = await _call(closed, tool, {"query": FOUNDER, "doc_ids": ["veltrix"]})
         ok, outcome, _, _ = classify_result(result)
