@@ -20,20 +20,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, get_args
 
 from rich.console import Console
 from rich.text import Text
 
 from rollout.console import ReadableConsole
-from rollout.errors import ViewError
-from rollout.records import TaskResult
+from rollout.errors import ReportError, ViewError
+from rollout.records import TaskResult, TaskStatus
 from rollout.run_folder import TRAJECTORY_FILE
 from rollout.view.render import TaskRow, Totals, format_live_event, format_task_line, render_table, render_task
 
 __all__ = ["format_live_event", "main", "render_task"]
 
-STATUSES = ("ok", "error", "timeout")
+STATUSES: tuple[str, ...] = get_args(TaskStatus)
+TOKEN_ENV = "ROLLOUT_VIEW_TOKEN"
+"""Where `--serve` reads its token when `--token` is not given."""
 POLL_S = 0.5
 """How often `--follow` looks for new lines."""
 
@@ -229,32 +231,69 @@ def show_task(file: Path, args: argparse.Namespace, console: Console) -> int:
 def build_parser(prog: str = "python -m rollout.view") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Show a run's tasks as a table, replay one task's events, or follow a running run.",
+        description="Show a run's tasks as a table, replay one task's events, follow a running run, "
+                    "or open runs in the browser (--serve, --html).",
     )
-    parser.add_argument("path", metavar="PATH", help="run folder (holding trajectory.jsonl) or a trajectory.jsonl file")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="run folder (holding trajectory.jsonl) or a trajectory.jsonl file; with --serve or --html, "
+                             "several runs or a sweep's folder")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--task", metavar="ID", help="replay this task event by event")
     what.add_argument("--follow", action="store_true", help="print a line per task as a running run finishes it (Ctrl-C stops)")
+    what.add_argument("--serve", action="store_true", help="serve the runs as web pages (see docs/viewer.md)")
+    what.add_argument("--html", metavar="FILE", help="write the runs' pages into one self-contained HTML file")
     parser.add_argument("--full", action="store_true", help="with --task: show long texts whole instead of cut")
-    parser.add_argument("--limit", type=int, default=50, metavar="N", help="table: at most N rows (default 50)")
+    parser.add_argument("--limit", type=int, metavar="N", help="table: at most N rows (default 50)")
     parser.add_argument("--status", choices=STATUSES, help="table and --follow: only tasks with this status")
     parser.add_argument("--wrong", action="store_true", help="table and --follow: only tasks with exact match 0")
+    parser.add_argument("--host", default="127.0.0.1", help="--serve: address to bind (default 127.0.0.1; any "
+                        f"other needs a token: --token or {TOKEN_ENV})")
+    parser.add_argument("--port", type=int, default=8000, help="--serve: port (default 8000; 0 picks a free one)")
+    parser.add_argument("--token", help=f"--serve: the token a browser must present (default ${TOKEN_ENV})")
     return parser
+
+
+def _refuse_terminal_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Options that only mean something in the terminal or only in the browser are refused where they would be ignored."""
+    web = args.serve or args.html is not None
+    if web:
+        given = [f"--{k}" for k in ("full", "wrong") if getattr(args, k)]
+        given += [f"--{k}" for k in ("limit", "status") if getattr(args, k) is not None]
+        if given:
+            parser.error(f"{', '.join(given)} filter the terminal table; in the browser, filter on the run page "
+                         "(its URL keeps the filters, e.g. /run/0?status=error&right=wrong)")
+    else:
+        if len(args.paths) > 1:
+            parser.error(f"{len(args.paths)} paths given: the terminal views show one run; "
+                         "--serve or --html show several")
+        moved = [f"--{k}" for k in ("host", "port", "token") if getattr(args, k) != parser.get_default(k)]
+        if moved:
+            parser.error(f"{', '.join(moved)} only apply with --serve")
+    if args.html is not None and any(getattr(args, k) != parser.get_default(k) for k in ("host", "port", "token")):
+        parser.error("--host, --port and --token apply to --serve, not --html (the file needs no server)")
 
 
 def main(argv: Sequence[str] | None = None, console: Console | None = None, *,
          prog: str = "python -m rollout.view") -> int:
     """Run the viewer; a bad path, line or id prints one line to stderr and returns 2."""
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    _refuse_terminal_options(args, parser)
     console = console or ReadableConsole(highlight=False)
     try:
+        if args.serve or args.html is not None:
+            from rollout.view.serve import serve_or_write
+
+            return serve_or_write(args)
+        if args.limit is None:
+            args.limit = 50
+        path = Path(args.paths[0])
         if args.follow:
-            path = Path(args.path)
             file = path / TRAJECTORY_FILE if path.is_dir() or not path.suffix else path
             return follow(file, args, console)
-        file = trajectory_path(Path(args.path))
+        file = trajectory_path(path)
         return show_task(file, args, console) if args.task is not None else show_table(file, args, console)
-    except (ViewError, OSError) as e:
+    except (ViewError, ReportError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,123 @@
+"""What the task table shows: filters, sort and page, read from and written to a URL's query string.
+
+The state lives in the URL so that a view is a link: `?status=ok&right=wrong&tool=search&q=voss&sort=
+tokens&desc=1&page=2`. Every key is optional; a value the viewer does not know is refused with a message
+naming the values it knows, not silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+from urllib.parse import urlencode
+
+from rollout.errors import ViewError
+from rollout.report.scoring import STATUSES
+from rollout.view.index import TrajectoryIndex
+
+PAGE_SIZE = 200
+SORTS = {
+    "order": "file order", "id": "id", "status": "status", "em": "right/wrong", "question": "question",
+    "prediction": "prediction", "gold": "gold", "calls": "tool calls", "tokens": "tokens", "cost": "cost",
+    "latency_s": "time",
+}
+"""Sortable columns: the URL's `sort` value and the column's heading."""
+RIGHT = ("right", "wrong")
+"""`right=right`: exact match 1; `right=wrong`: a scored task with exact match 0 (failed tasks are neither)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableQuery:
+    """Filters, sort and page of a task table; the defaults show every task in file order."""
+
+    status: str = ""
+    right: str = ""
+    tool: str = ""
+    q: str = ""
+    """Case-insensitive text searched in the id, question, prediction and gold answers."""
+    sort: str = "order"
+    desc: bool = False
+    page: int = 1
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> TableQuery:
+        """The query of a URL's parameters; unknown values raise ViewError naming the known ones."""
+        status, right = params.get("status", ""), params.get("right", "")
+        sort = params.get("sort", "order") or "order"
+        if status and status not in STATUSES:
+            raise ViewError(f"status={status!r} is not a task status; use one of: {', '.join(STATUSES)}")
+        if right and right not in RIGHT:
+            raise ViewError(f"right={right!r}: use right or wrong")
+        if sort not in SORTS:
+            raise ViewError(f"sort={sort!r} is not a column; sort by one of: {', '.join(SORTS)}")
+        try:
+            page = max(1, int(params.get("page", "1") or 1))
+        except ValueError:
+            raise ViewError(f"page={params.get('page')!r} is not a page number") from None
+        return cls(status=status, right=right, tool=params.get("tool", ""), q=params.get("q", "").strip(),
+                    sort=sort, desc=params.get("desc", "") in ("1", "true"), page=page)
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        """The URL parameters of this query (with `changes`), defaults left out so links stay short."""
+        query = replace(self, **changes)
+        out: dict[str, str] = {}
+        for f in fields(query):
+            value, default = getattr(query, f.name), f.default
+            if value != default:
+                out[f.name] = "1" if value is True else str(value)
+        return out
+
+    def but(self, **changes: Any) -> TableQuery:
+        """This query with `changes`."""
+        return replace(self, **changes)
+
+    def cleared(self) -> TableQuery:
+        """No filters, the same order."""
+        return TableQuery(sort=self.sort, desc=self.desc)
+
+    def url(self, **changes: Any) -> str:
+        """`?...` for a link to this query with `changes` ("" for the default view)."""
+        params = self.params(**changes)
+        return "?" + urlencode(params) if params else "?"
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.status or self.right or self.tool or self.q)
+
+    def matches(self, index: TrajectoryIndex) -> list[int]:
+        """Rows of `index` that pass the filters, in the query's order."""
+        cols = index.columns
+        rows: list[int] = list(range(len(index)))
+        if self.status:
+            status = cols["status"]
+            rows = [i for i in rows if status[i] == self.status]
+        if self.right:
+            em, want = cols["em"], 1.0 if self.right == "right" else 0.0
+            rows = [i for i in rows if em[i] == want]
+        if self.tool:
+            tools = cols["tools"]
+            rows = [i for i in rows if self.tool in tools[i].split(",")]
+        if self.q:
+            needle = self.q.casefold()
+            texts = (cols["id"], cols["question"], cols["prediction"], cols["gold"])
+            rows = [i for i in rows if any(needle in t[i].casefold() for t in texts)]
+        if self.sort != "order":
+            rows.sort(key=_sort_key(cols[self.sort]), reverse=self.desc)
+        elif self.desc:
+            rows.reverse()
+        return rows
+
+    def page_of(self, rows: list[int]) -> tuple[list[int], int]:
+        """The rows of this query's page and the number of pages (at least 1)."""
+        pages = max(1, -(-len(rows) // PAGE_SIZE))
+        start = (min(self.page, pages) - 1) * PAGE_SIZE
+        return rows[start:start + PAGE_SIZE], pages
+
+
+def _sort_key(column: list[Any]):  # noqa: ANN202 - a key function
+    """Sort key over a column with None (unknown) values: they go last in ascending order."""
+    def key(i: int) -> tuple[bool, Any]:
+        value = column[i]
+        return (value is None, value if value is not None else 0) if not isinstance(value, str) else (False, value.casefold())
+    return key
