@@ -14,11 +14,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -194,10 +197,27 @@ def documented_results(tmp_path, monkeypatch) -> Path:
 
 
 def runs_cheaply(d: Documented) -> bool:
-    return d.command in ("report", "view") and "--follow" not in d.args  # --follow waits for Ctrl-C
+    # --follow and --serve run until Ctrl-C: a served command is checked by test_view_serve_commands_serve
+    return d.command in ("report", "view") and "--follow" not in d.args and "--serve" not in d.args
 
 
 @pytest.mark.parametrize("d", [d for d in DOCUMENTED if runs_cheaply(d)], ids=lambda d: d.where)
 def test_report_and_view_commands_run(d: Documented, documented_results, capsys):
     assert rollout.cli.main([d.command, *d.args]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out
+
+
+@pytest.mark.parametrize("d", [d for d in DOCUMENTED if d.command == "view" and "--serve" in d.args],
+                         ids=lambda d: d.where)
+def test_view_serve_commands_serve(d: Documented, documented_results, monkeypatch):
+    """Run as written (on a free port, with a token where the page says to set one) until the first page answers."""
+    monkeypatch.setenv("ROLLOUT_VIEW_TOKEN", "documented")
+    argv = [sys.executable, "-m", "rollout.view", *d.args, "--port", "0"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            line = server.stdout.readline()
+            assert line.startswith("serving "), f"{d.where}: {line}{server.stderr.read() if not line else ''}"
+            url = line.split(" at ")[1].split(" ")[0]
+            assert httpx.get(url, follow_redirects=True, timeout=30).status_code == 200, d.where
+        finally:
+            server.terminate()

@@ -248,7 +248,7 @@ def build_parser(prog: str = "python -m rollout.view") -> argparse.ArgumentParse
     parser.add_argument("--wrong", action="store_true", help="table and --follow: only tasks with exact match 0")
     parser.add_argument("--host", default="127.0.0.1", help="--serve: address to bind (default 127.0.0.1; any "
                         f"other needs a token: --token or {TOKEN_ENV})")
-    parser.add_argument("--port", type=int, default=8000, help="--serve: port (default 8000; 0 picks a free one)")
+    parser.add_argument("--port", type=int, default=8765, help="--serve: port (default 8765; 0 picks a free one)")
     parser.add_argument("--token", help=f"--serve: the token a browser must present (default ${TOKEN_ENV})")
     return parser
 
