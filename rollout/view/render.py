@@ -33,7 +33,7 @@ from rollout.records import TaskResult
 from rollout.relevance_view import is_relevance_view
 from rollout.report.metrics import exact_match
 
-STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red"}
+STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red", "infra_error": "bold red"}
 KIND_WIDTH = 7
 """Width of the event-kind column ("result", "answer", ...)."""
 INDENT = " " * (10 + KIND_WIDTH + 1)
@@ -147,7 +147,9 @@ class Totals:
         if not self.n:
             return Text("0 tasks", style="dim")
         out = Text(f"{self.n:,} tasks · ")
-        for status in ("ok", "error", "timeout"):
+        for status in ("ok", "error", "timeout", "infra_error"):
+            if status == "infra_error" and not self.status[status]:
+                continue  # named only when some task had it: most runs have none
             out.append(f"{status} {self.status[status]:,}", style=STATUS_STYLE[status] if self.status[status] else "dim")
             out.append(" · ")
         out.append(f"EM {self.em / self.n:.3f}", style="bold")

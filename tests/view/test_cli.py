@@ -356,3 +356,12 @@ def test_live_lines_are_one_line_and_tolerate_odd_events():
     # A model's arguments that are not a JSON object stay as it wrote them (the agent keeps them raw).
     cut_off = LLMOutputEvent(t=T0, turn=1, tool_calls=[{"id": "c1", "name": DENSE, "arguments": '{"query": "Arlen'}])
     assert """calls dense('{"query": "Arlen')""" in live("q", cut_off)
+
+
+def test_the_table_filters_and_counts_infra_errors(tmp_path):
+    infra = TaskResult(id="q-006", question="?", golden_answers=["x"], prediction="", tool_calls=[], turns=1,
+                       error="gateway down", worker_id="w", latency_s=0.1, status="infra_error")
+    code, out = run_view(write_run(tmp_path / "run", [*TASKS, infra]), "--status", "infra_error")
+    assert code == 0 and [t for t in ("q-001", "q-006") if f" {t} " in out] == ["q-006"]
+    assert "infra_error 1" in out.strip().splitlines()[-2]
+    assert "infra_error" not in run_view(write_run(tmp_path / "other"))[1].strip().splitlines()[-1]
