@@ -1,0 +1,313 @@
+"""The web viewer in a real browser: Debian's Chromium driven by Playwright, against `rollout view --serve`
+started as the command line starts it, and the file `rollout view --html` writes, opened from file://.
+
+The runs are small folders written from the real records (tests/view/made_runs.py). Served, they are run 0
+(dense) and 1 (hybrid) of a sweep, 2 (model output that is HTML and script) and 3 (a run still being
+written). Every wait is on a selector or a URL through Playwright's `expect`; none is a sleep.
+"""
+
+from __future__ import annotations
+
+import re
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from rollout.jsonl import read_jsonl
+from rollout.records import TaskResult
+from rollout.report.scoring import score_task
+from rollout.run_folder import TRAJECTORY_FILE
+from tests.test_rollout_command import rollout_command_env
+from tests.view.made_runs import HOSTILE, task, two_runs, write_run
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the `browser` fixture skips these tests (or fails them in CI) with the line that installs it
+    expect = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+LIVE_WAIT_MS = 30_000
+"""How long a live row may take to show: the page polls every 2 s, and this machine is shared (a limit on
+waiting, not a claim about speed)."""
+DENSE, HYBRID, HOSTILE_RUN, LIVE = 0, 1, 2, 3
+
+
+@dataclass
+class Runs:
+    """The run folders on show and the tasks written into them."""
+
+    root: Path
+    folders: list[Path]
+
+    def tasks(self, n: int) -> list[TaskResult]:
+        return [TaskResult.from_json(d) for d in read_jsonl(self.folders[n] / TRAJECTORY_FILE)]
+
+    def ids(self, n: int, *, right: bool | None = None) -> list[str]:
+        """Ids of run `n`'s tasks, in file order; with `right`, only the scored ones whose EM says so."""
+        scores = [score_task(t) for t in self.tasks(n)]
+        return [s["id"] for s in scores if right is None or (s["exact_match"] is not None and (s["exact_match"] == 1.0) == right)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    root = tmp_path_factory.mktemp("browser")
+    dense, hybrid = two_runs(root / "sweep")
+    hostile = write_run(root / "hostile", [
+        task("h1", HOSTILE, "Paris", HOSTILE, result_text=HOSTILE, thinking=HOSTILE),
+        task("h2", HOSTILE, "Paris", HOSTILE, status="error"),
+    ], mode="hostile")
+    live = write_run(root / "live", [task("l1", "first?", "a", "a"), task("l2", "second?", "b", "c")], mode="live")
+    return Runs(root, [dense, hybrid, hostile, live])
+
+
+def start_view(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    """`python -m rollout.view ARGS --serve --port 0` and the URL its first line names (its log goes to
+    cwd/serve.log: a pipe nobody reads could fill and stall it)."""
+    log = (cwd / "serve.log").open("w", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "rollout.view", *args, "--serve", "--port", "0"], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=log, text=True, env=rollout_command_env())
+    log.close()
+    assert proc.stdout is not None
+    line, deadline = "", time.monotonic() + 120  # a limit on waiting, not a claim about speed
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while not line and proc.poll() is None and time.monotonic() < deadline:
+            if sel.select(timeout=0.5):
+                line = proc.stdout.readline()
+    found = re.search(r"at (http://\S+/) \(Ctrl-C stops\)", line)
+    if not found:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the viewer did not start: {line!r} {(cwd / 'serve.log').read_text(encoding='utf-8')}")
+    return proc, found.group(1)
+
+
+@pytest.fixture(scope="module")
+def html_job(runs: Runs) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """`rollout view --html` over the sweep and the hostile run, started at once so that it writes while the
+    served tests run (`static_file` waits for it)."""
+    out = runs.root / "view.html"
+    proc = subprocess.Popen([sys.executable, "-m", "rollout.view", str(runs.root / "sweep"), str(runs.folders[HOSTILE_RUN]),
+                             "--html", str(out)], cwd=runs.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=rollout_command_env())
+    try:
+        yield proc, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def served(runs: Runs, html_job: tuple[subprocess.Popen[str], Path]) -> Iterator[str]:
+    """The base URL of `rollout view` serving the four runs (the static file is started first, to be written
+    meanwhile)."""
+    proc, url = start_view([str(runs.root / "sweep"), str(runs.folders[HOSTILE_RUN]), str(runs.folders[LIVE])], runs.root)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def static_file(html_job: tuple[subprocess.Popen[str], Path]) -> str:
+    """The file:// URL of the file `rollout view --html` wrote."""
+    proc, out = html_job
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return out.as_uri()
+
+
+@dataclass
+class Tab:
+    """A page, with the dialogs it opened and the script errors it raised."""
+
+    page: Page
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def pwned(self) -> Any:
+        return self.page.evaluate("window.__pwned")
+
+
+@pytest.fixture
+def tab(browser: Browser) -> Iterator[Tab]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    t = Tab(page)
+    page.on("dialog", lambda d: (t.dialogs.append(f"{d.type}: {d.message}"), d.dismiss()))
+    page.on("pageerror", lambda e: t.errors.append(str(e)))
+    yield t
+    context.close()
+
+
+def shown_ids(page: Page) -> list[str]:
+    """Ids of the task rows the table shows, top to bottom."""
+    return page.locator("tbody[data-rows] tr:visible").evaluate_all("rows => rows.map(r => r.dataset.id)")
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+def test_filtering_the_task_table_shows_the_tasks_the_data_says(tab: Tab, served: str, runs: Runs):
+    page = tab.page
+    page.goto(f"{served}run/{HYBRID}")
+    all_ids, wrong = runs.ids(HYBRID), runs.ids(HYBRID, right=False)
+    assert 0 < len(wrong) < len(all_ids)  # the filter has something to leave out
+    expect(page.locator("tbody[data-rows] tr")).to_have_count(len(all_ids))
+
+    page.select_option("select[name=right]", "wrong")
+    page.get_by_role("button", name="filter").click()
+    page.wait_for_url(re.compile(r"right=wrong"))
+    expect(page.locator("tbody[data-rows] tr")).to_have_count(len(wrong))
+    assert shown_ids(page) == wrong
+    expect(page.locator("[data-matched]")).to_have_text(f"{len(wrong)} of {len(all_ids)} tasks")
+
+    # The text search narrows the filtered view further (both kept in the URL).
+    page.fill("input[name=q]", wrong[-1])
+    page.get_by_role("button", name="filter").click()
+    page.wait_for_url(re.compile(rf"q={wrong[-1]}"))
+    expect(page.locator("tbody[data-rows] tr")).to_have_count(1)
+    assert shown_ids(page) == [wrong[-1]]
+    assert not tab.errors
+
+
+def test_a_task_page_opens_from_the_table_and_its_tool_card_expands(tab: Tab, served: str, runs: Runs):
+    page = tab.page
+    first = runs.tasks(DENSE)[0]
+    page.goto(f"{served}run/{DENSE}")
+    page.locator("tbody[data-rows] td.id a", has_text=re.compile(rf"^{first.id}$")).click()
+    expect(page.locator("h1")).to_have_text(f"task {first.id}")
+
+    card = page.locator("details[data-card]").first
+    result = card.locator("pre.result").first
+    expect(result).to_be_hidden()
+    card.locator("summary").click()
+    expect(card).to_have_attribute("open", "")
+    expect(result).to_be_visible()
+    expect(result).to_contain_text(f"[p1] passage p1 about {first.question}")
+    expect(card.locator("summary")).to_contain_text(first.tool_calls[0].name)
+
+    page.get_by_role("link", name="next →").click()
+    expect(page.locator("h1")).to_have_text(f"task {runs.ids(DENSE)[1]}")
+    assert not tab.errors
+
+
+def test_a_compare_cell_lists_its_questions_and_opens_them_side_by_side(tab: Tab, served: str, runs: Runs):
+    page = tab.page
+    dense_right, hybrid_right = set(runs.ids(DENSE, right=True)), set(runs.ids(HYBRID, right=True))
+    only_b = sorted(set(runs.ids(DENSE, right=False)) & hybrid_right)
+    assert only_b and not hybrid_right >= dense_right  # both flips happen in these runs
+    page.goto(f"{served}compare?a={DENSE}&b={HYBRID}")
+    expect(page.locator("a[data-cell=only_b] b")).to_have_text(str(len(only_b)))
+
+    page.locator("a[data-cell=only_b]").click()
+    page.wait_for_url(re.compile(r"cell=only_b"))
+    links = page.locator("tbody[data-rows] td.id a")
+    expect(links).to_have_count(len(only_b))
+    assert sorted(links.all_inner_texts()) == only_b
+
+    qid = only_b[0]
+    links.first.click()
+    expect(page.locator("h1")).to_have_text(f"task {qid}")
+    sides = page.locator(".side-by-side .side")
+    expect(sides).to_have_count(2)
+    predictions = {t.id: t.prediction for t in runs.tasks(DENSE)}, {t.id: t.prediction for t in runs.tasks(HYBRID)}
+    for side, prediction in zip(sides.all(), (p[qid] for p in predictions), strict=True):
+        expect(side.locator("p b").first).to_have_text(prediction)
+    expect(sides.nth(0).locator(".wrong")).to_have_text("wrong")
+    expect(sides.nth(1).locator(".right")).to_have_text("right")
+    assert not tab.errors
+
+
+def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_browser(tab: Tab, static_file: str,
+                                                                                          runs: Runs):
+    page = tab.page
+    wrong, all_ids = runs.ids(HYBRID, right=False), runs.ids(HYBRID)
+    page.goto(f"{static_file}#/run/{HYBRID}")
+    shown = page.locator("section.page.shown")
+    expect(shown).to_have_attribute("data-route", f"/run/{HYBRID}")
+    expect(shown.locator("tbody[data-rows] tr:visible")).to_have_count(len(all_ids))
+
+    shown.locator("select[name=right]").select_option("wrong")
+    shown.get_by_role("button", name="filter").click()
+    page.wait_for_url(re.compile(r"#/run/1\?right=wrong$"))
+    expect(shown.locator("tbody[data-rows] tr:visible")).to_have_count(len(wrong))
+    assert shown_ids(page) == wrong
+    expect(shown.locator("[data-matched]")).to_have_text(f"{len(wrong)} of {len(all_ids)} tasks")
+
+    # A task of the filtered table, its card, and back to the same filtered table.
+    shown.locator("tbody[data-rows] tr:visible td.id a").first.click()
+    expect(shown.locator("h1")).to_have_text(f"task {wrong[0]}")
+    shown.locator("details[data-card] summary").first.click()
+    expect(shown.locator("details[data-card] pre.result").first).to_be_visible()
+    shown.locator("[data-back]").click()
+    expect(shown).to_have_attribute("data-route", f"/run/{HYBRID}")
+    expect(shown.locator("tbody[data-rows] tr:visible")).to_have_count(len(wrong))
+
+    # The comparison: its cell lists the flip, and the flip opens side by side.
+    only_b = sorted(set(runs.ids(DENSE, right=False)) & set(runs.ids(HYBRID, right=True)))
+    page.goto(f"{static_file}#/compare/{DENSE}/{HYBRID}")
+    shown.locator("a[data-cell=only_b]").click()
+    expect(shown).to_have_attribute("data-route", f"/compare/{DENSE}/{HYBRID}/only_b")
+    assert sorted(shown.locator("tbody[data-rows] td.id a").all_inner_texts()) == only_b
+    shown.locator("tbody[data-rows] td.id a").first.click()
+    expect(shown.locator(".side-by-side .side")).to_have_count(2)
+    expect(shown.locator("h1")).to_have_text(f"task {only_b[0]}")
+    assert not tab.errors
+
+
+def test_a_running_run_gets_its_new_tasks_without_a_reload(tab: Tab, served: str, runs: Runs):
+    page = tab.page
+    page.goto(f"{served}run/{LIVE}")
+    before = runs.ids(LIVE)
+    expect(page.locator("tbody[data-rows] tr")).to_have_count(len(before))
+    page.evaluate("window.__loaded = true")  # gone if the page reloads instead of appending
+
+    write_run(runs.folders[LIVE], [task("l3", "third?", "gold", HOSTILE)], mode="live")
+    new_row = page.locator("tbody[data-rows] tr[data-id=l3]")
+    expect(new_row).to_be_visible(timeout=LIVE_WAIT_MS)
+    assert shown_ids(page) == [*before, "l3"]
+    expect(new_row.locator("td.text").nth(1)).to_have_text(HOSTILE)  # shown as text, as the served rows are
+    expect(page.locator("[data-count=tasks]")).to_have_text(str(len(before) + 1))
+    expect(page.locator("[data-live]")).to_be_visible()
+    assert page.evaluate("window.__loaded") is True
+    assert tab.pwned() is None and not tab.dialogs and not tab.errors
+
+
+def test_model_output_runs_no_script_and_opens_no_dialog(tab: Tab, served: str, static_file: str):
+    page = tab.page
+    # The check can fail: the same string, put into a page as HTML, does run and does open a dialog.
+    page.set_content(f"<p>{HOSTILE}</p>")
+    expect(page.locator("img")).to_have_count(1)
+    page.wait_for_function("window.__pwned === 1")
+    assert tab.dialogs == ["alert: 1"]
+    tab.dialogs.clear()
+
+    for url in (f"{served}run/{HOSTILE_RUN}", f"{served}run/{HOSTILE_RUN}/task?id=h1", f"{served}run/{HOSTILE_RUN}/task?id=h2",
+                f"{static_file}#/run/{HOSTILE_RUN}", f"{static_file}#/run/{HOSTILE_RUN}/task/0"):
+        page.goto(url)
+        view = page.locator("section.page.shown") if url.startswith("file:") else page.locator("main")
+        if "task" in url:
+            for summary in view.locator("details > summary").all():
+                summary.click()
+        texts = view.locator("td.text, pre")
+        expect(texts.filter(has_text=HOSTILE).first).to_be_visible()
+        if url.endswith("id=h1") or url.endswith("task/0"):
+            expect(view.locator("td.text").first).to_have_text(HOSTILE)  # the question
+            expect(view.locator("pre.result").first).to_have_text(HOSTILE)  # the tool's result
+            expect(view.locator("pre.answer")).to_have_text(HOSTILE)  # the prediction
+        assert view.locator("img").count() == 0, url
+        assert tab.pwned() is None, url
+        assert not tab.dialogs, url
+    assert not tab.errors
