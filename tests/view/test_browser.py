@@ -24,6 +24,7 @@ from rollout.jsonl import read_jsonl
 from rollout.records import TaskResult
 from rollout.report.scoring import score_task
 from rollout.run_folder import TRAJECTORY_FILE
+from rollout.view.query import PAGE_SIZE
 from tests.test_rollout_command import rollout_command_env
 from tests.view.made_runs import HOSTILE, task, two_runs, write_run
 
@@ -65,7 +66,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
         task("h1", HOSTILE, "Paris", HOSTILE, result_text=HOSTILE, thinking=HOSTILE),
         task("h2", HOSTILE, "Paris", HOSTILE, status="error"),
     ], mode="hostile")
-    live = write_run(root / "live", [task("l1", "first?", "a", "a"), task("l2", "second?", "b", "c")], mode="live")
+    # One task more than a page holds: page 1 is full, page 2 (the last) has one row.
+    live = write_run(root / "live", [task(f"l{i:03d}", f"question {i}?", "a", "a") for i in range(PAGE_SIZE + 1)], mode="live")
     return Runs(root, [dense, hybrid, hostile, live])
 
 
@@ -140,14 +142,18 @@ class Tab:
         return self.page.evaluate("window.__pwned")
 
 
-@pytest.fixture
-def tab(browser: Browser) -> Iterator[Tab]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
+def watch(page: Page) -> Tab:
+    """`page`, its dialogs dismissed and recorded, its script errors recorded."""
     t = Tab(page)
     page.on("dialog", lambda d: (t.dialogs.append(f"{d.type}: {d.message}"), d.dismiss()))
     page.on("pageerror", lambda e: t.errors.append(str(e)))
-    yield t
+    return t
+
+
+@pytest.fixture
+def tab(browser: Browser) -> Iterator[Tab]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield watch(context.new_page())
     context.close()
 
 
@@ -268,21 +274,32 @@ def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_b
 
 
 def test_a_running_run_gets_its_new_tasks_without_a_reload(tab: Tab, served: str, runs: Runs):
-    page = tab.page
-    page.goto(f"{served}run/{LIVE}")
     before = runs.ids(LIVE)
-    expect(page.locator("tbody[data-rows] tr")).to_have_count(len(before))
-    page.evaluate("window.__loaded = true")  # gone if the page reloads instead of appending
+    other = watch(tab.page.context.new_page())
+    last, first = tab.page, other.page
+    last.goto(f"{served}run/{LIVE}?page=2")
+    first.goto(f"{served}run/{LIVE}")
+    expect(last.locator("tbody[data-rows] tr")).to_have_count(1)
+    expect(first.locator("tbody[data-rows] tr")).to_have_count(PAGE_SIZE)
+    last.evaluate("window.__loaded = true")  # gone if the page reloads instead of appending
 
-    write_run(runs.folders[LIVE], [task("l3", "third?", "gold", HOSTILE)], mode="live")
-    new_row = page.locator("tbody[data-rows] tr[data-id=l3]")
+    write_run(runs.folders[LIVE], [task("new", "third?", "gold", HOSTILE)], mode="live")
+    n = len(before) + 1
+    # The last page, in file order, shows the new task at its end, and counts it.
+    new_row = last.locator("tbody[data-rows] tr[data-id=new]")
     expect(new_row).to_be_visible(timeout=LIVE_WAIT_MS)
-    assert shown_ids(page) == [*before, "l3"]
+    assert shown_ids(last) == [before[-1], "new"]
     expect(new_row.locator("td.text").nth(1)).to_have_text(HOSTILE)  # shown as text, as the served rows are
-    expect(page.locator("[data-count=tasks]")).to_have_text(str(len(before) + 1))
-    expect(page.locator("[data-live]")).to_be_visible()
-    assert page.evaluate("window.__loaded") is True
-    assert tab.pwned() is None and not tab.dialogs and not tab.errors
+    expect(last.locator("[data-count=tasks]")).to_have_text(str(n))
+    expect(last.locator("[data-matched]")).to_have_text(f"{n} of {n} tasks · page 2 of 2")
+    assert last.evaluate("window.__loaded") is True
+    # The first page keeps its rows (the new task is not the 201st of the file) and says where it went.
+    expect(first.locator("[data-live]")).to_have_text(re.compile(r"^1 new matching task since .*after this page"),
+                                                      timeout=LIVE_WAIT_MS)
+    expect(first.locator("[data-matched]")).to_have_text(f"{n} of {n} tasks · page 1 of 2")
+    assert shown_ids(first) == before[:PAGE_SIZE]
+    for t in (tab, other):
+        assert t.pwned() is None and not t.dialogs and not t.errors
 
 
 def test_model_output_runs_no_script_and_opens_no_dialog(tab: Tab, served: str, static_file: str):
