@@ -261,6 +261,15 @@ def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_b
     expect(shown).to_have_attribute("data-route", f"/run/{HYBRID}")
     expect(shown.locator("tbody[data-rows] tr:visible")).to_have_count(len(wrong))
 
+    # A link to a moment of a transcript (a timeline anchor) opens its task, whose neighbours work.
+    moment = page.locator(f"#r{HYBRID}-t0 a.anchor").nth(1).get_attribute("href")
+    page.goto("about:blank")
+    page.goto(f"{static_file}{moment}")
+    expect(shown).to_have_attribute("data-route", f"/run/{HYBRID}/task/0")
+    expect(shown.locator("[data-nav=prev]")).to_be_hidden()
+    shown.locator("[data-nav=next]").click()
+    expect(shown.locator("h1")).to_have_text(f"task {all_ids[1]}")
+
     # The comparison: its cell lists the flip, and the flip opens side by side.
     only_b = sorted(set(runs.ids(DENSE, right=False)) & set(runs.ids(HYBRID, right=True)))
     page.goto(f"{static_file}#/compare/{DENSE}/{HYBRID}")

@@ -71,7 +71,14 @@
   function route() {
     var hash = location.hash;
     var target = hash && hash.charAt(1) !== "/" ? document.getElementById(decodeURIComponent(hash.slice(1))) : null;
-    if (target) { show(target.closest("section.page")); target.scrollIntoView(); return; }
+    if (target) {
+      // An anchor of a task's timeline (a shared link to one moment): its task, with its neighbours in file order.
+      var page = target.closest("section.page");
+      show(page);
+      if (page.classList.contains("task-page")) linkNeighbours(page, new URLSearchParams());
+      target.scrollIntoView();
+      return;
+    }
     var r = parse(hash || "#/");
     var section = sections.find(function (s) { return s.dataset.route === r.path; }) || sections[0];
     show(section);
