@@ -279,6 +279,15 @@ def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_b
     shown.locator("tbody[data-rows] td.id a").first.click()
     expect(shown.locator(".side-by-side .side")).to_have_count(2)
     expect(shown.locator("h1")).to_have_text(f"task {only_b[0]}")
+
+    # With three runs, the form pairs the first run with another: the comparisons the file holds.
+    page.goto(f"{static_file}#/compare/{DENSE}/{HYBRID}")
+    form = shown.locator("form.filters")
+    assert form.locator("select[name=a] option").all_inner_texts() == ["dense"]
+    assert form.locator("select[name=b] option").all_inner_texts() == ["hybrid", "hostile"]
+    form.locator("select[name=b]").select_option(label="hostile")
+    form.get_by_role("button", name="pair").click()
+    expect(shown).to_have_attribute("data-route", f"/compare/{DENSE}/{HOSTILE_RUN}")
     assert not tab.errors
 
 
