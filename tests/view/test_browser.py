@@ -288,6 +288,11 @@ def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_b
     form.locator("select[name=b]").select_option(label="hostile")
     form.get_by_role("button", name="pair").click()
     expect(shown).to_have_attribute("data-route", f"/compare/{DENSE}/{HOSTILE_RUN}")
+
+    # A link cut inside an escape (a truncated paste) opens the file's first page, not a blank one.
+    page.goto("about:blank")
+    page.goto(f"{static_file}#r0-t%E2%80")
+    expect(shown).to_have_attribute("id", "home")
     assert not tab.errors
 
 

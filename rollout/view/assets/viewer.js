@@ -70,7 +70,7 @@
   }
   function route() {
     var hash = location.hash;
-    var target = hash && hash.charAt(1) !== "/" ? document.getElementById(decodeURIComponent(hash.slice(1))) : null;
+    var target = hash && hash.charAt(1) !== "/" ? document.getElementById(decoded(hash.slice(1))) : null;
     if (target) {
       // An anchor of a task's timeline (a shared link to one moment): its task, with its neighbours in file order.
       var page = target.closest("section.page");
@@ -87,6 +87,9 @@
     window.scrollTo(0, 0);
   }
   window.addEventListener("hashchange", route);
+  function decoded(text) {
+    try { return decodeURIComponent(text); } catch (e) { return text; }  // a link cut inside an escape
+  }
 
   function rowsOf(runSection) { return Array.prototype.slice.call(runSection.querySelectorAll("[data-rows] tr")); }
   function matching(runSection, params) {
