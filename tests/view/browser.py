@@ -1,8 +1,9 @@
-"""Debian's Chromium driven by Playwright: where the browser is, and how it is launched.
+"""Debian's Chromium driven by Playwright, and `rollout view --serve` for it to open.
 
 Playwright cannot download its own browser here, so the system's Chromium is launched by its path. The
-viewer's browser tests (tests/view/conftest.py) and the docs' screenshots (docs/screenshots.py) both
-launch it through `chromium()`, with the same flags.
+viewer's browser tests (tests/view/conftest.py, test_browser.py) and the docs' screenshots
+(docs/screenshots.py) launch it through `chromium()`, with the same flags, and start the viewer through
+`serving()`, as its command line starts it.
 
 On a machine without Chromium or Playwright the browser tests are skipped with the line that installs
 them; with ROLLOUT_REQUIRE_BROWSER=1 (.ci/run sets it) they fail instead, so a CI that lost its browser
@@ -12,8 +13,13 @@ cannot pass without having run them.
 from __future__ import annotations
 
 import os
+import re
+import selectors
 import shutil
-from collections.abc import Iterator, Mapping
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -85,3 +91,28 @@ def chromium(executable: Path) -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def serving(paths: Sequence[Path | str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """`python -m rollout.view PATHS --serve --port 0` while inside: the URL its first line names. Its log goes to
+    cwd/serve.log (a pipe nobody reads could fill and stall it); it is stopped on leaving."""
+    log_path = cwd / "serve.log"
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "rollout.view", *map(str, paths), "--serve", "--port", "0"],
+                                cwd=cwd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line, deadline = "", time.monotonic() + 120  # a limit on waiting, not a claim about speed
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while not line and proc.poll() is None and time.monotonic() < deadline:
+                if sel.select(timeout=0.5):
+                    line = proc.stdout.readline()
+        found = re.search(r"at (http://\S+/) \(Ctrl-C stops\)", line)
+        if not found:
+            raise RuntimeError(f"rollout view did not start: {line!r} {log_path.read_text(encoding='utf-8')}")
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

@@ -9,10 +9,8 @@ written). Every wait is on a selector or a URL through Playwright's `expect`; no
 from __future__ import annotations
 
 import re
-import selectors
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from rollout.report.scoring import score_task
 from rollout.run_folder import TRAJECTORY_FILE
 from rollout.view.query import PAGE_SIZE
 from tests.test_rollout_command import rollout_command_env
+from tests.view.browser import serving
 from tests.view.made_runs import HOSTILE, task, two_runs, write_run
 
 try:
@@ -71,28 +70,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     return Runs(root, [dense, hybrid, hostile, live])
 
 
-def start_view(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    """`python -m rollout.view ARGS --serve --port 0` and the URL its first line names (its log goes to
-    cwd/serve.log: a pipe nobody reads could fill and stall it)."""
-    log = (cwd / "serve.log").open("w", encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-m", "rollout.view", *args, "--serve", "--port", "0"], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=log, text=True, env=rollout_command_env())
-    log.close()
-    assert proc.stdout is not None
-    line, deadline = "", time.monotonic() + 120  # a limit on waiting, not a claim about speed
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while not line and proc.poll() is None and time.monotonic() < deadline:
-            if sel.select(timeout=0.5):
-                line = proc.stdout.readline()
-    found = re.search(r"at (http://\S+/) \(Ctrl-C stops\)", line)
-    if not found:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"the viewer did not start: {line!r} {(cwd / 'serve.log').read_text(encoding='utf-8')}")
-    return proc, found.group(1)
-
-
 @pytest.fixture(scope="module")
 def html_job(runs: Runs) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """`rollout view --html` over the sweep and the hostile run, started at once so that it writes while the
@@ -113,12 +90,9 @@ def html_job(runs: Runs) -> Iterator[tuple[subprocess.Popen[str], Path]]:
 def served(runs: Runs, html_job: tuple[subprocess.Popen[str], Path]) -> Iterator[str]:
     """The base URL of `rollout view` serving the four runs (the static file is started first, to be written
     meanwhile)."""
-    proc, url = start_view([str(runs.root / "sweep"), str(runs.folders[HOSTILE_RUN]), str(runs.folders[LIVE])], runs.root)
-    try:
+    with serving([runs.root / "sweep", runs.folders[HOSTILE_RUN], runs.folders[LIVE]], cwd=runs.root,
+                 env=rollout_command_env()) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +221,7 @@ def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_b
 
     shown.locator("select[name=right]").select_option("wrong")
     shown.get_by_role("button", name="filter").click()
-    page.wait_for_url(re.compile(r"#/run/1\?right=wrong$"))
+    page.wait_for_url(re.compile(rf"#/run/{HYBRID}\?right=wrong$"))
     expect(shown.locator("tbody[data-rows] tr:visible")).to_have_count(len(wrong))
     assert shown_ids(page) == wrong
     expect(shown.locator("[data-matched]")).to_have_text(f"{len(wrong)} of {len(all_ids)} tasks")
