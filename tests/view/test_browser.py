@@ -172,11 +172,11 @@ def test_a_task_page_opens_from_the_table_and_its_tool_card_expands(tab: Tab, se
     card = page.locator("details[data-card]").first
     result = card.locator("pre.result").first
     expect(result).to_be_hidden()
-    card.locator("summary").click()
+    card.locator(":scope > summary").click()
     expect(card).to_have_attribute("open", "")
     expect(result).to_be_visible()
     expect(result).to_contain_text(f"[p1] passage p1 about {first.question}")
-    expect(card.locator("summary")).to_contain_text(first.tool_calls[0].name)
+    expect(card.locator(":scope > summary")).to_contain_text(first.tool_calls[0].name)
 
     page.get_by_role("link", name="next →").click()
     expect(page.locator("h1")).to_have_text(f"task {runs.ids(DENSE)[1]}")
@@ -190,6 +190,8 @@ def test_a_compare_cell_lists_its_questions_and_opens_them_side_by_side(tab: Tab
     assert only_b and not hybrid_right >= dense_right  # both flips happen in these runs
     page.goto(f"{served}compare?a={DENSE}&b={HYBRID}")
     expect(page.locator("a[data-cell=only_b] b")).to_have_text(str(len(only_b)))
+    # Its tables fit a 1280 px window: nothing is cut off at the right edge.
+    assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"]
 
     page.locator("a[data-cell=only_b]").click()
     page.wait_for_url(re.compile(r"cell=only_b"))
