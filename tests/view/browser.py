@@ -94,10 +94,11 @@ def chromium(executable: Path) -> Iterator[Browser]:
 
 
 @contextmanager
-def serving(paths: Sequence[Path | str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+def serving(paths: Sequence[Path | str], *, cwd: Path, env: Mapping[str, str] | None = None,
+            log_path: Path | None = None) -> Iterator[str]:
     """`python -m rollout.view PATHS --serve --port 0` while inside: the URL its first line names. Its log goes to
-    cwd/serve.log (a pipe nobody reads could fill and stall it); it is stopped on leaving."""
-    log_path = cwd / "serve.log"
+    `log_path` (default cwd/serve.log: a pipe nobody reads could fill and stall it); it is stopped on leaving."""
+    log_path = log_path or cwd / "serve.log"
     with log_path.open("w", encoding="utf-8") as log:
         proc = subprocess.Popen([sys.executable, "-m", "rollout.view", *map(str, paths), "--serve", "--port", "0"],
                                 cwd=cwd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
