@@ -39,7 +39,6 @@ def test_without_debians_chromium_path_is_searched_and_then_the_install_line_giv
 
 
 def test_a_missing_playwright_is_a_missing_browser(monkeypatch: pytest.MonkeyPatch):
-    require_playwright()  # installed here
     monkeypatch.setitem(sys.modules, "playwright", None)  # as if it were not
     with pytest.raises(BrowserMissing, match=r"playwright module is missing: pip install -e '\.\[test\]'"):
         require_playwright()
