@@ -326,7 +326,10 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     return _ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})
 
 
-def _labels(runs: list[Path], root: Path) -> list[str]:
+def distinct_labels(runs: list[Path], root: Path | None = None) -> list[str]:
+    """Each run's name in a comparison: its mode and telling overrides, and where two runs still share one, their
+    folders under `root` (default: the folder holding them all)."""
+    root = common_parent(runs) if root is None else root
     modes = run_labels(runs)  # the mode, plus the overrides that tell the runs apart
     counts = Counter(modes)
 
@@ -415,7 +418,7 @@ def compare_runs(
     baseline (`baseline` names a mode or label; default the first run). `score_failed` scores
     failed records as wrong answers instead of leaving them out."""
     runs = find_runs(paths)
-    labels = _labels(runs, common_parent(runs))
+    labels = distinct_labels(runs)
     scored = [_score_run(run, label, score_failed=score_failed) for run, label in zip(runs, labels, strict=True)]
     rows = [s.row for s in scored]
     b = _pick_baseline(rows, baseline)

@@ -31,7 +31,7 @@ from rollout.events import (
 from rollout.records import TaskResult, ToolCallRecord
 from rollout.relevance_view import is_relevance_view
 from rollout.report.calls import run_labels
-from rollout.report.compare import Comparison, common_parent, compare_runs
+from rollout.report.compare import Comparison, common_parent, compare_runs, distinct_labels
 from rollout.report.scoring import STATUSES, t_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
 from rollout.view.index import TrajectoryIndex
@@ -64,7 +64,7 @@ class Run:
 
 def open_runs(folders: Sequence[Path]) -> list[Run]:
     """The runs to serve, indexed (from the cache beside each when it is current)."""
-    labels = run_labels(list(folders)) if len(folders) > 1 else [_single_label(folders[0])]
+    labels = distinct_labels(list(folders)) if len(folders) > 1 else [_single_label(folders[0])]
     return [Run(number=n, label=label, folder=folder, index=TrajectoryIndex.load(trajectory_path(folder)))
             for n, (folder, label) in enumerate(zip(folders, labels, strict=True))]
 

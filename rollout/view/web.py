@@ -256,9 +256,10 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> ASGIApp:
             restarted = True
         query = TableQuery.from_params(params)
         offsets = run.index.columns["offset"]
-        new = [i for i in query.but(sort="order", desc=False).matches(run.index) if offsets[i] >= offset]
-        return JSONResponse({"offset": run.index.size, "tasks": len(run.index), "restarted": restarted,
-                             "new": len(new), "rows": viewer.rows_html(run, new, query)})
+        matching = query.but(sort="order", desc=False).matches(run.index)
+        new = [i for i in matching if offsets[i] >= offset]
+        return JSONResponse({"offset": run.index.size, "tasks": len(run.index), "matched": len(matching),
+                             "restarted": restarted, "new": len(new), "rows": viewer.rows_html(run, new, query)})
 
     async def compare_page(request: Request) -> Response:
         params = _params(request)

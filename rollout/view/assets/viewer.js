@@ -23,8 +23,11 @@
   // --- live: new tasks of a run still being written (served) ------------------------------------
   var run = document.querySelector("section.run-page[data-poll]");
   if (!STATIC && run && run.dataset.poll) {
-    var offset = Number(run.dataset.offset);
-    var appendable = !/[?&](sort|desc|page)=/.test(location.search);
+    var offset = Number(run.dataset.offset), pending = 0;
+    var page = Number(new URLSearchParams(location.search).get("page")) || 1, size = Number(run.dataset.pageSize);
+    // New tasks come at the end of the file: they belong on this page only in file order and on the last page.
+    var sorted = /[?&](sort|desc)=/.test(location.search);
+    var appendable = !sorted && !run.querySelector("[data-pager] a[rel=next]");
     var poll = function () {
       var url = run.dataset.poll + (run.dataset.poll.indexOf("?") < 0 ? "?" : "&") + "offset=" + offset;
       fetch(url).then(function (r) { return r.ok ? r.json() : null; }).then(function (data) {
@@ -33,6 +36,9 @@
         offset = data.offset;
         var total = run.querySelector("[data-count=tasks]");
         if (total) total.textContent = data.tasks.toLocaleString("en-US");
+        var pages = Math.max(1, Math.ceil(data.matched / size));
+        run.querySelector("[data-matched]").textContent = data.matched.toLocaleString("en-US") + " of "
+          + data.tasks.toLocaleString("en-US") + " tasks" + (pages > 1 ? " · page " + Math.min(page, pages) + " of " + pages : "");
         if (!data.new) return;
         var live = run.querySelector("[data-live]");
         live.hidden = false;
@@ -41,7 +47,9 @@
           var empty = run.querySelector("[data-empty]"); if (empty) empty.remove();
           live.textContent = "Live: " + run.querySelectorAll("[data-rows] tr").length + " rows shown, " + data.tasks + " tasks in the run.";
         } else {
-          live.textContent = data.new + " new matching tasks since this page was loaded: reload to see them in order.";
+          pending += data.new;
+          live.textContent = pending + " new matching task" + (pending === 1 ? "" : "s") + " since this page was loaded: "
+            + (sorted ? "reload to see them in order." : "they come after this page.");
         }
       }).catch(function () {}).finally(function () { setTimeout(poll, 2000); });
     };
@@ -62,8 +70,15 @@
   }
   function route() {
     var hash = location.hash;
-    var target = hash && hash.charAt(1) !== "/" ? document.getElementById(decodeURIComponent(hash.slice(1))) : null;
-    if (target) { show(target.closest("section.page")); target.scrollIntoView(); return; }
+    var target = hash && hash.charAt(1) !== "/" ? document.getElementById(decoded(hash.slice(1))) : null;
+    if (target) {
+      // An anchor of a task's timeline (a shared link to one moment): its task, with its neighbours in file order.
+      var page = target.closest("section.page");
+      show(page);
+      if (page.classList.contains("task-page")) linkNeighbours(page, new URLSearchParams());
+      target.scrollIntoView();
+      return;
+    }
     var r = parse(hash || "#/");
     var section = sections.find(function (s) { return s.dataset.route === r.path; }) || sections[0];
     show(section);
@@ -72,6 +87,9 @@
     window.scrollTo(0, 0);
   }
   window.addEventListener("hashchange", route);
+  function decoded(text) {
+    try { return decodeURIComponent(text); } catch (e) { return text; }  // a link cut inside an escape
+  }
 
   function rowsOf(runSection) { return Array.prototype.slice.call(runSection.querySelectorAll("[data-rows] tr")); }
   function matching(runSection, params) {
