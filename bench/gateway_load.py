@@ -117,7 +117,8 @@ def serve(kind: str, passages: int, url_file: Path, stats_dir: Path) -> None:
 
     from rollout.data import generate_demo_kb
     from rollout.gateway.http_app import gateway_app
-    from rollout.gateway.server import bind_socket, make_uvicorn
+    from rollout.gateway.server import make_uvicorn
+    from rollout.listen import bind_socket
 
     logging.basicConfig(level=logging.WARNING)
     if kind.startswith(SERVE_KIND):

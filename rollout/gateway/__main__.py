@@ -30,7 +30,8 @@ from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING
-from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, bind_socket, build_gateway, serve
+from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, build_gateway, serve
+from rollout.listen import bind_socket
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway.steps import StepSettings
 from rollout.gateway_file import load_gateway_file

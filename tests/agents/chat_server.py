@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from rollout.agents.simulated import query_tool
-from rollout.gateway.server import bind_socket
+from rollout.listen import bind_socket
 from tests.gateway.loopback import serving
 
 MODEL = "test-model"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from envs import HttpMCPRagEnv
-from rollout.gateway.server import bind_socket
+from rollout.listen import bind_socket
 from rollout.jsonl import read_jsonl
 from rollout.run_folder import calls_path
 from rollout.wire import OUTCOMES

@@ -18,7 +18,8 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.server import bind_socket, build_gateway, make_uvicorn
+from rollout.gateway.server import build_gateway, make_uvicorn
+from rollout.listen import bind_socket
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import GatewayFile
 from rollout.records import Passage

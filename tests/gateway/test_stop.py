@@ -37,7 +37,8 @@ def serve_hanging_gateway(run_dir: str, ready_file: str) -> None:
     """The gateway process of the test: `serve()` with a hanging and a quick tool, exiting as `rollout.gateway` does."""
     from rollout.gateway.knowledge import KnowledgeBase
     from rollout.gateway.registry import ToolRegistry
-    from rollout.gateway.server import bind_socket, build_gateway, serve
+    from rollout.gateway.server import build_gateway, serve
+    from rollout.listen import bind_socket
     from rollout.gateway.stats import StatsCollector
     from rollout.records import Passage
     from tests.gateway.loopback import gateway_file

@@ -17,7 +17,8 @@ from pydantic import WithJsonSchema
 
 from envs import HttpMCPRagEnv
 from rollout.errors import ConfigError, GatewayError
-from rollout.gateway.server import bind_socket, build_gateway
+from rollout.gateway.server import build_gateway
+from rollout.listen import bind_socket
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.paths import PROJECT_ROOT

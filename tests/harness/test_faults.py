@@ -186,7 +186,7 @@ def start_gateway(port: int, cache_dir: Path, out: Path) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_a_killed_external_gateway_fails_tasks_as_infra_errors_and_a_rerun_finishes_them(ray_local, cache_dir, tmp_path):
-    from rollout.gateway.server import bind_socket
+    from rollout.listen import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
