@@ -19,9 +19,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rollout.errors import ViewError
 from rollout.records import TaskResult
@@ -40,6 +41,7 @@ HEAD_BYTES = 4096
 """The start of the file whose hash tells a run that started over from one that grew."""
 MAX_PROBLEMS = 20
 """Lines that are not task records: how many are named on the run page (all are counted)."""
+_T = TypeVar("_T")
 
 COLUMNS = (
     "offset", "length", "id", "repeat", "status", "em", "f1", "recall", "question", "prediction", "gold",
@@ -105,6 +107,7 @@ class TrajectoryIndex:
     """Every line that is not a task record."""
     _keys: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
     _repeats: tuple[int, dict[str, list[int]]] | None = field(default=None, repr=False)
+    _memo: dict[str, tuple[tuple[int, int, str], Any]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.columns["id"])
@@ -124,6 +127,15 @@ class TrajectoryIndex:
                 by_id.setdefault(i, []).append(r)
             self._repeats = (len(self), by_id)
         return self._repeats[1]
+
+    def memo(self, name: str, compute: Callable[[], _T]) -> _T:
+        """`compute()`, computed again only once the index changed (it grew, or the run started over): what the pages
+        compute over every task (the run's summary, a column's sort order)."""
+        state = (len(self), self.size, self.head)
+        kept = self._memo.get(name)
+        if kept is None or kept[0] != state:
+            kept = self._memo[name] = (state, compute())
+        return kept[1]
 
     def row(self, i: int) -> dict[str, Any]:
         return {c: values[i] for c, values in self.columns.items()}
