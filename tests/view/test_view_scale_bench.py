@@ -17,8 +17,8 @@ ROWS = (
     "fresh process: import scipy.stats", "fresh process: open_runs", "fresh process: first GET /run/0",
     "open + first GET (imports excluded)", "imports + open + first GET", "GET /run/0 again",
     "status=error", "text search", "sort by tokens", "page 250", "ok, wrong, one tool", "median of 20 random tasks",
-    "p95 of 20 random tasks", "median, status=ok&right=wrong", "p95, status=ok&right=wrong", "nothing new",
-    "after 100 lines appended",
+    "p95 of 20 random tasks", "median, status=ok&right=wrong&sort=tokens&desc=1", "p95, status=ok&right=wrong&sort",
+    "nothing new", "after 100 lines appended",
 )
 
 
@@ -33,8 +33,8 @@ def test_view_scale_bench_runs_at_a_toy_size(tmp_path: Path) -> None:
     assert "300 tasks" in table and "generated in" in table
     for row in ROWS:
         assert row in table, row
-    # the child's two GETs, a warm-up and 5 run pages x 3, 2 x 20 task pages, 3 + 1 polls: all answered 200
-    assert "responses: 62 fetched, 62 × HTTP 200\n" in table
+    # the child's two GETs, a warm-up and 5 run pages, 2 x 20 task pages, 3 + 1 polls: all answered 200
+    assert "responses: 52 fetched, 52 × HTTP 200\n" in table
     assert "not as expected" not in table
 
     # The folder is left as generated: the appended lines cut off, the cache put back.
