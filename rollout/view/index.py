@@ -14,14 +14,18 @@ are `rollout.report.scoring.score_task`'s, so the page agrees with the run's eva
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rollout.errors import ViewError
 from rollout.records import TaskResult
@@ -32,14 +36,18 @@ logger = logging.getLogger(__name__)
 
 INDEX_FILE = ".view-index.json"
 """The cached index, beside trajectory.jsonl; safe to delete (it is rebuilt)."""
-FORMAT = 2
-"""Bumped when the columns change, so an older cache is rebuilt rather than misread."""
+FORMAT = 3
+"""Bumped when the columns or their encoding change, so an older cache is rebuilt rather than misread (3: packed
+columns, `_pack`)."""
 TEXT_CHARS = 240
 """Question, prediction and gold are kept this long in the index (the task page reads them whole)."""
 HEAD_BYTES = 4096
 """The start of the file whose hash tells a run that started over from one that grew."""
 MAX_PROBLEMS = 20
 """Lines that are not task records: how many are named on the run page (all are counted)."""
+CATEGORICAL = ("status", "tools")
+"""Columns of a few distinct strings whatever the run's size: cached as codes into their distinct values."""
+_T = TypeVar("_T")
 
 COLUMNS = (
     "offset", "length", "id", "repeat", "status", "em", "f1", "recall", "question", "prediction", "gold",
@@ -103,15 +111,17 @@ class TrajectoryIndex:
     """'file:line: what is wrong' for the first `MAX_PROBLEMS` lines that are not task records."""
     skipped: int = 0
     """Every line that is not a task record."""
-    _keys: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+    _keys: dict[tuple[str, int], int] | None = field(default=None, repr=False)
+    """(id, repeat) → row, built when first asked for: the run page never needs it."""
     _repeats: tuple[int, dict[str, list[int]]] | None = field(default=None, repr=False)
+    _memo: dict[str, tuple[tuple[int, int, str], Any]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.columns["id"])
 
     def position(self, task_id: str, repeat: int = 0) -> int | None:
         """The row of a task, or None."""
-        return self._keys.get((task_id, repeat))
+        return self._key_map().get((task_id, repeat))
 
     def repeats_of(self, task_id: str) -> list[int]:
         """The repeats of a question this run holds, in file order."""
@@ -120,10 +130,24 @@ class TrajectoryIndex:
     def _repeat_map(self) -> dict[str, list[int]]:
         if self._repeats is None or self._repeats[0] != len(self):
             by_id: dict[str, list[int]] = {}
-            for i, r in self._keys:
+            for i, r in self._key_map():
                 by_id.setdefault(i, []).append(r)
             self._repeats = (len(self), by_id)
         return self._repeats[1]
+
+    def memo(self, name: str, compute: Callable[[], _T]) -> _T:
+        """`compute()`, computed again only once the index changed (it grew, or the run started over): what the pages
+        compute over every task (the run's summary, a column's sort order)."""
+        state = (len(self), self.size, self.head)
+        kept = self._memo.get(name)
+        if kept is None or kept[0] != state:
+            kept = self._memo[name] = (state, compute())
+        return kept[1]
+
+    def _key_map(self) -> dict[tuple[str, int], int]:
+        if self._keys is None:
+            self._keys = dict(zip(zip(self.columns["id"], self.columns["repeat"], strict=True), range(len(self))))
+        return self._keys
 
     def row(self, i: int) -> dict[str, Any]:
         return {c: values[i] for c, values in self.columns.items()}
@@ -195,10 +219,11 @@ class TrajectoryIndex:
                 self.problems.append(f"{self.file}:{self.lines}: {e}")
             return
         key = (row["id"], row["repeat"])
-        if key in self._keys:
+        keys = self._key_map()
+        if key in keys:
             self.duplicates += 1
             return
-        self._keys[key] = len(self)
+        keys[key] = len(self)
         row["offset"], row["length"] = offset, len(raw)
         for c in COLUMNS:
             self.columns[c].append(row[c])
@@ -213,11 +238,12 @@ class TrajectoryIndex:
         """Write the cache atomically; a folder the viewer may not write to only costs the next start a rebuild."""
         state = {"format": FORMAT, "size": self.size, "lines": self.lines, "head": self.head,
                  "duplicates": self.duplicates, "skipped": self.skipped, "problems": self.problems,
-                 "columns": self.columns}
+                 "columns": {c: _pack(c, values) for c, values in self.columns.items()}}
         try:
             fd, tmp = tempfile.mkstemp(prefix=".view-index-", dir=self.cache_path.parent)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(state, f, ensure_ascii=False, separators=(",", ":"))
+                # One `dumps` (C-encoded) and one write: `json.dump` encodes in Python, piece by piece (seconds here).
+                f.write(json.dumps(state, ensure_ascii=False, separators=(",", ":")))
             os.replace(tmp, self.cache_path)
         except OSError as e:
             logger.debug("could not cache the index at %s (%s); it is kept in memory", self.cache_path, e)
@@ -229,13 +255,78 @@ class TrajectoryIndex:
             state = json.loads(path.read_text(encoding="utf-8"))
             if state.get("format") != FORMAT or set(state["columns"]) != set(COLUMNS):
                 return None
-            index = cls(file=file, columns=state["columns"], size=int(state["size"]), lines=int(state["lines"]),
+            columns = {c: _unpack(stored) for c, stored in state["columns"].items()}
+            index = cls(file=file, columns=columns, size=int(state["size"]), lines=int(state["lines"]),
                         head=str(state["head"]), duplicates=int(state["duplicates"]), skipped=int(state["skipped"]),
                         problems=list(state["problems"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None  # no cache, or one this version cannot read: build it
         lengths = {len(v) for v in index.columns.values()}
         if len(lengths) != 1:
             return None
-        index._keys = {(i, r): n for n, (i, r) in enumerate(zip(index.columns["id"], index.columns["repeat"], strict=True))}
         return index
+
+
+# --- packed columns -------------------------------------------------------------------------------
+# Parsing 100,000 floats or ints from JSON text costs tens of ms a column, half a second for the whole cache; their
+# 8-byte values, base64 in the JSON, load in a few ms and come back bit for bit. A column is packed only when every
+# value is a float (or every one an int within 64 bits), None aside; anything else stays a JSON list.
+
+
+def _array(typecode: str, data: bytes = b"") -> array[Any]:
+    """An array of 8-byte values, little-endian on disk whatever the machine."""
+    packed = array(typecode)
+    if packed.itemsize != 8:
+        raise ValueError(f"array({typecode!r}) items are {packed.itemsize} bytes here, not 8")
+    packed.frombytes(data)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed
+
+
+def _pack(name: str, values: list[Any]) -> Any:
+    """A column as the cache stores it: {"f8"|"i8": base64 of its values, "none": rows that are None}, {"values":
+    distinct strings, "codes": base64 of each row's} for `CATEGORICAL`, else the list itself."""
+    kinds = set(map(type, values)) - {type(None)}
+    if name in CATEGORICAL and kinds == {str}:
+        distinct = list(dict.fromkeys(values))
+        code = {v: n for n, v in enumerate(distinct)}
+        return {"values": distinct, "codes": _b64(_array("q"), [code[v] for v in values])}
+    if kinds == {float}:
+        return {"f8": _b64(_array("d"), [0.0 if v is None else v for v in values]), "none": _nones(values)}
+    if kinds == {int} and all(-(1 << 63) <= v < 1 << 63 for v in values if v is not None):
+        return {"i8": _b64(_array("q"), [0 if v is None else v for v in values]), "none": _nones(values)}
+    return values
+
+
+def _nones(values: list[Any]) -> list[int]:
+    return [i for i, v in enumerate(values) if v is None]
+
+
+def _b64(packed: array[Any], values: list[Any]) -> str:
+    packed.extend(values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def _unpack(stored: Any) -> list[Any]:
+    """A column from `_pack`'s form; ValueError, TypeError, KeyError or IndexError when it is not one."""
+    if isinstance(stored, list):
+        return stored
+    if not isinstance(stored, dict):
+        raise TypeError(f"a cached column is a list or an object, not {type(stored).__name__}")
+    if "codes" in stored:
+        distinct = list(stored["values"])
+        codes = _array("q", base64.b64decode(stored["codes"], validate=True)).tolist()
+        if codes and min(codes) < 0:
+            raise ValueError("a negative code")
+        return [distinct[c] for c in codes]
+    typecode = "d" if "f8" in stored else "q"
+    values = _array(typecode, base64.b64decode(stored["f8" if typecode == "d" else "i8"], validate=True)).tolist()
+    nones = list(stored["none"])
+    if nones and min(nones) < 0:
+        raise ValueError("a negative row")
+    for i in nones:
+        values[i] = None
+    return values

@@ -9,13 +9,15 @@ so the page and `evaluation_summary.json` / `report compare` say the same thing.
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import logging
 import math
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -42,6 +44,10 @@ RESULT_PREVIEW_CHARS = 600
 """A tool result longer than this shows its start, with "show all" for the rest."""
 RIGHT_ABOVE = 0.5
 """A question is right in a comparison when its EM over its scored repeats is above this (as `report compare`)."""
+REPORT_HEAD = 1 << 20
+"""Bytes of a longer tool report read for its tools table (`tool_table`); a shorter one is read whole."""
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+"""JSON's whitespace."""
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -106,25 +112,68 @@ class RunSummaryView:
     skipped: int
 
 
-def _mean(values: list[float]) -> float | None:
-    return mean(values) if values else None
+def _mean(values: Sequence[float]) -> float | None:
+    """`statistics.mean` of `values` (None when there are none): the same number, of the same type, in a fraction of
+    its time. statistics sums every value as an exact Fraction, seconds over a 100,000-task run's columns. Ints are
+    summed exactly by `sum`; floats by `math.fsum` (correctly rounded), repeated on what is left until nothing is,
+    so the few partial sums add up to the exact total; then one division rounds the mean, as statistics' does.
+    Anything else (bools, a mix, NaN, infinities) goes to statistics."""
+    if not values:
+        return None
+    kinds = set(map(type, values))
+    if kinds == {int}:  # statistics' mean of ints is an int when it is whole
+        total = sum(values)
+        return total // len(values) if total % len(values) == 0 else total / len(values)
+    if kinds != {float}:
+        return mean(values)
+    if len(values) == 1:
+        return values[0] + 0.0  # statistics' mean of -0.0 is 0.0
+    parts: list[float] = []
+    rest = values
+    try:
+        while part := math.fsum(rest):
+            if not math.isfinite(part):
+                return mean(values)
+            parts.append(part)
+            rest = [*values, *(-p for p in parts)]
+    except OverflowError:
+        return mean(values)
+    if len(parts) <= 1:  # the total is a float: one IEEE division rounds the mean correctly
+        return (parts[0] if parts else 0.0) / len(values)
+    # Each part is an int over a power of two: over the largest of those, the total is an exact int, and Python's
+    # division of ints rounds correctly.
+    ratios = [p.as_integer_ratio() for p in parts]
+    common = max(q for _, q in ratios)
+    return sum(p * (common // q) for p, q in ratios) / (common * len(values))
 
 
-def _metric(name: str, keys: list[str], values: list[float | None]) -> Metric:
-    per_question: dict[str, list[float]] = {}
-    for key, value in zip(keys, values, strict=True):
-        if value is not None:
-            per_question.setdefault(key, []).append(value)
-    means = [mean(v) for v in per_question.values()]
-    return Metric(name, _mean([v for v in values if v is not None]), t_interval(means) if len(means) > 1 else None,
-                  len(means))
+def _metric(name: str, keys: list[str], values: list[float | None], *, one_per_question: bool) -> Metric:
+    scored = [v for v in values if v is not None]
+    if one_per_question:  # each question's mean is its one value (as statistics gives it: -0.0 is 0.0), in file order
+        means = [v + 0.0 for v in scored]
+    else:
+        per_question: dict[str, list[float]] = {}
+        for key, value in zip(keys, values, strict=True):
+            if value is not None:
+                per_question.setdefault(key, []).append(value)
+        means = [_mean(v) for v in per_question.values()]
+    return Metric(name, _mean(scored), t_interval(means) if len(means) > 1 else None, len(means))
 
 
 def run_summary(run: Run) -> RunSummaryView:
+    """The summary box: its figures over every task computed once per state of the index, the run's
+    evaluation_summary.json (written when it ends) read each time."""
+    summary = read_summary(run.folder)
+    return replace(run.index.memo("summary", lambda: _task_summary(run)),
+                   complete=None if summary is None else summary.complete,
+                   degraded_tools={} if summary is None else dict(summary.degraded_tools))
+
+
+def _task_summary(run: Run) -> RunSummaryView:
     cols, n = run.index.columns, len(run.index)
     statuses = Counter(cols["status"])
     ids = cols["id"]
-    summary = read_summary(run.folder)
+    one_each = len(set(ids)) == n  # no repeats
     with_acc = [i for i in range(n) if cols["llm_s"][i] is not None]
     time_split = {
         "total": _mean(cols["latency_s"]),
@@ -135,29 +184,69 @@ def run_summary(run: Run) -> RunSummaryView:
     return RunSummaryView(
         tasks=n, statuses={s: statuses.get(s, 0) for s in STATUSES},
         scored=sum(v is not None for v in cols["em"]),
-        metrics=[_metric("EM", ids, cols["em"]), _metric("F1", ids, cols["f1"]),
-                 _metric("retrieval recall", ids, cols["recall"])],
+        metrics=[_metric("EM", ids, cols["em"], one_per_question=one_each),
+                 _metric("F1", ids, cols["f1"], one_per_question=one_each),
+                 _metric("retrieval recall", ids, cols["recall"], one_per_question=one_each)],
         truncated=sum(cols["truncated"]), out_of_turns=sum(cols["out_of_turns"]),
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),
         cost_per_task=_mean([c for c in cols["cost"] if c is not None]),
         time_split=time_split, calls_per_task=(sum(cols["calls"]) / n) if n else 0.0,
-        complete=None if summary is None else summary.complete,
-        degraded_tools={} if summary is None else dict(summary.degraded_tools),
+        complete=None, degraded_tools={},  # from the evaluation summary, by `run_summary`
         duplicates=run.index.duplicates, problems=list(run.index.problems), skipped=run.index.skipped,
     )
 
 
 def tool_table(run: Run) -> list[dict[str, Any]] | None:
     """The tool report's per-tool rows (tool_stats/report.json), or None before the run wrote it."""
-    report = read_json(report_path(run.folder))
-    if not report:
+    path = report_path(run.folder)
+    tools = _tools_from_head(path)
+    if tools is None:
+        report = read_json(path)
+        if not report:
+            return None
+        tools = report.get("tools", [])
+    return [dict(t) for t in tools]
+
+
+def _tools_from_head(path: Path) -> list[Any] | None:
+    """The "tools" member of a report longer than `REPORT_HEAD`, parsed from its first `REPORT_HEAD` bytes; None for a
+    shorter report (read whole), or when the member is not a list found there.
+
+    A report holds a row per task after its tools table (~70 MB at 100,000 tasks, a second to parse): the summary
+    and the tools table come first (`rollout.report.tool_stats`), so the object's members are parsed in order up to
+    "tools" and the rest is left unread (a long report whose end is damaged still shows its tools table)."""
+    try:
+        if path.stat().st_size <= REPORT_HEAD:
+            return None
+        with path.open("rb") as f:
+            head = f.read(REPORT_HEAD)
+        # An incremental decoder keeps a character cut at the end for bytes that never come: it is dropped.
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(head)
+        decoder = json.JSONDecoder()
+        i = _WHITESPACE.match(text, 0).end()
+        if text[i] != "{":
+            return None
+        i = _WHITESPACE.match(text, i + 1).end()
+        while text[i] == '"':
+            name, i = decoder.raw_decode(text, i)
+            i = _WHITESPACE.match(text, i).end()
+            if text[i] != ":":
+                return None
+            value, i = decoder.raw_decode(text, _WHITESPACE.match(text, i + 1).end())
+            if name == "tools":
+                return value if isinstance(value, list) else None
+            i = _WHITESPACE.match(text, i).end()
+            if text[i] != ",":
+                return None
+            i = _WHITESPACE.match(text, i + 1).end()
+    except (OSError, ValueError, IndexError):  # unreadable, not JSON, or cut short before "tools" ends
         return None
-    return [dict(t) for t in report.get("tools", [])]
+    return None
 
 
 def tool_names(run: Run) -> list[str]:
     """Every tool some task of the run called, for the tool filter."""
-    return sorted({t for tools in run.index.columns["tools"] for t in tools.split(",") if t})
+    return run.index.memo("tool_names", lambda: sorted({t for tools in run.index.columns["tools"] for t in tools.split(",") if t}))
 
 
 # --- one task -----------------------------------------------------------------------------------
@@ -366,7 +455,7 @@ def _question_em(index: TrajectoryIndex) -> dict[str, float]:
     for qid, em in zip(index.columns["id"], index.columns["em"], strict=True):
         if em is not None:
             per.setdefault(qid, []).append(em)
-    return {q: mean(v) for q, v in per.items()}
+    return {q: _mean(v) for q, v in per.items()}
 
 
 def grid(a: TrajectoryIndex, b: TrajectoryIndex) -> Grid:

@@ -23,6 +23,8 @@ SORTS = {
     "latency_s": "time",
 }
 """Sortable columns: the URL's `sort` value and the column's heading."""
+KEPT_QUERIES = 8
+"""Queries whose matching rows an index keeps (`TableQuery.matches`)."""
 RIGHT = ("right", "wrong")
 """`right=right`: exact match 1; `right=wrong`: a scored task with exact match 0 (failed tasks are neither)."""
 
@@ -86,7 +88,20 @@ class TableQuery:
         return bool(self.status or self.right or self.tool or self.q)
 
     def matches(self, index: TrajectoryIndex) -> list[int]:
-        """Rows of `index` that pass the filters, in the query's order."""
+        """Rows of `index` that pass the filters, in the query's order.
+
+        The rows of the last `KEPT_QUERIES` queries (page aside) are kept until the index changes: each task page
+        finds its previous and next within its query's rows, and paging goes through the same rows, so a view of
+        100,000 tasks is filtered and sorted once, not on every click."""
+        kept: dict[tuple[Any, ...], list[int]] = index.memo("matches", dict)
+        key = (self.status, self.right, self.tool, self.q, self.sort, self.desc)
+        if key not in kept:
+            if len(kept) >= KEPT_QUERIES:
+                del kept[next(iter(kept))]  # the oldest
+            kept[key] = self._matches(index)
+        return list(kept[key])
+
+    def _matches(self, index: TrajectoryIndex) -> list[int]:
         cols = index.columns
         rows: list[int] = list(range(len(index)))
         if self.status:
