@@ -15,7 +15,8 @@ from rollout.listen import bind_socket
 from rollout.report.compare import common_parent, find_runs
 from rollout.run_folder import TRAJECTORY_FILE
 from rollout.view.pages import open_runs
-from rollout.view.web import LOOPBACK, TOKEN_ENV, Viewer, create_app
+from rollout.view.cli import TOKEN_ENV
+from rollout.view.web import LOOPBACK, Viewer, create_app
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ def serve_or_write(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK and not token:
         raise ViewError(f"--host {args.host} would let other machines read these runs: give a token "
                         f"(--token <secret> or export {TOKEN_ENV}=<secret>), or keep the default 127.0.0.1")
-    app = create_app(Viewer(runs, root), token=token)
+    viewer = Viewer(runs, root)
+    viewer.warm()  # before the address is printed, so the first page a browser asks for is not the slow one
+    app = create_app(viewer, token=token)
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as e:

@@ -30,7 +30,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollout.errors import ViewError
-from rollout.view.cli import TOKEN_ENV
 from rollout.report.scoring import METRICS, STATUSES
 from rollout.view.pages import (
     CELLS,
@@ -120,6 +119,13 @@ class Viewer:
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.globals.update(fmt=fmt, links=self.links, runs=runs, static=static)
         self._comparisons: dict[tuple[int, int], tuple[Any, list[str], int]] = {}
+
+    def warm(self) -> None:
+        """Compile the templates and compute each run's summary (what a run page's first view waits for)."""
+        for name in self.env.list_templates():
+            self.env.get_template(name)
+        for run in self.runs:
+            self.run_section(run, TableQuery())
 
     def render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
