@@ -4,7 +4,7 @@
 
 Prints one JSON object: seconds of each step, in order, and the page's HTTP status and size. The
 imports are done inside `main` so that they are timed: a fresh server pays them before its first page.
-Steps: the server's imports (`rollout.view.serve`: uvicorn, starlette, jinja2, the viewer); scipy.stats,
+Steps: the server's imports (`rollout.view.serve`: uvicorn, starlette, jinja2, the viewer); scipy.special,
 which the first run summary imports lazily (`rollout.report.scoring.t_interval`), timed apart so the
 GET below does not hide it; `open_runs` (the index from its cache) and the `Viewer`; the first
 GET /run/0 through the ASGI app. The test client (httpx) is imported after the imports are timed: the
@@ -31,7 +31,7 @@ def main() -> None:
     from starlette.testclient import TestClient
 
     started = time.perf_counter()
-    import scipy.stats  # noqa: F401 - timed apart: the first run summary would import it
+    import scipy.special  # noqa: F401 - timed apart: the first run summary would import it
 
     steps["scipy"] = time.perf_counter() - started
     started = time.perf_counter()

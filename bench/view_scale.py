@@ -14,7 +14,7 @@ a minute or two.
 
 Steps. (a) the index built from the trajectory with no cache (`TrajectoryIndex.load`, which writes the
 cache); (b) the index loaded from that cache (median of 3). (c) the first page of a fresh process
-(`view_first_page.py`): the server's imports, scipy.stats (which the first run summary imports), the
+(`view_first_page.py`): the server's imports, scipy.special (which the first run summary imports), the
 runs opened from the cache with the `Viewer`, then GET /run/0 through the ASGI app, and the same GET
 again; "first page" adds them up with and without the imports. Then in this process, through the same
 app (starlette's test client, no sockets): (d) run pages filtered, searched, sorted and paged, each the
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = child["steps"]
     cells += [
         _row("(c) first page", "fresh process: imports (rollout.view.serve)", steps["imports"]),
-        _row("(c) first page", "fresh process: import scipy.stats", steps["scipy"]),
+        _row("(c) first page", "fresh process: import scipy.special", steps["scipy"]),
         _row("(c) first page", "fresh process: open_runs (cache) + Viewer", steps["open"]),
         _row("(c) first page", "fresh process: first GET /run/0", steps["get"]),
         _row("(c) first page", "open + first GET (imports excluded)", steps["open"] + steps["get"], FIRST_PAGE_S),
