@@ -130,7 +130,7 @@ class TableQuery:
         return rows[start:start + PAGE_SIZE], pages
 
 
-def _sort_key(column: list[Any]):  # noqa: ANN202 - a key function
+def _sort_key(column: list[Any]):
     """Sort key over a column with None (unknown) values: they go last in ascending order."""
     def key(i: int) -> tuple[bool, Any]:
         value = column[i]

@@ -14,8 +14,8 @@ from rollout.errors import ViewError
 from rollout.listen import bind_socket
 from rollout.report.compare import common_parent, find_runs
 from rollout.run_folder import TRAJECTORY_FILE
-from rollout.view.pages import open_runs
 from rollout.view.cli import TOKEN_ENV
+from rollout.view.pages import open_runs
 from rollout.view.web import LOOPBACK, Viewer, create_app
 
 logger = logging.getLogger(__name__)

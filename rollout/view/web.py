@@ -13,6 +13,7 @@ path. The server binds to 127.0.0.1; any other address needs a token (`--token` 
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,13 +39,12 @@ from rollout.view.pages import (
     comparison_plots,
     fmt,
     grid,
-    neighbours,
     run_summary,
-    task_view,
     tool_names,
     tool_table,
 )
 from rollout.view.query import PAGE_SIZE, SORTS, TableQuery
+from rollout.view.transcript import neighbours, task_view
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 COLUMNS = [("id", "id"), ("status", "status"), ("em", "answer"), ("question", "question"),
@@ -53,6 +53,7 @@ COLUMNS = [("id", "id"), ("status", "status"), ("em", "answer"), ("question", "q
 NUMERIC = {"calls", "tokens", "cost", "latency_s"}
 
 
+@functools.cache
 def _asset(name: str) -> str:
     return resources.files("rollout.view").joinpath("assets", name).read_text(encoding="utf-8")
 
@@ -118,7 +119,7 @@ class Viewer:
                                autoescape=select_autoescape(default=True, default_for_string=True),
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.globals.update(fmt=fmt, links=self.links, runs=runs, static=static)
-        self._comparisons: dict[tuple[int, int], tuple[Any, list[str], int]] = {}
+        self._comparison: tuple[Any, list[str], tuple[int, ...]] | None = None
 
     def warm(self) -> None:
         """Compile the templates and compute each run's summary (what a run page's first view waits for)."""
@@ -163,20 +164,17 @@ class Viewer:
         return self.render("task.html.j2", page_id=page_id, route=route, run=run, row=row, query=query,
                            view=task_view(run.index, row), prev=around[0], next=around[1])
 
-    def comparison(self, a: int, b: int) -> tuple[Any, list[str]]:
-        """`report compare` of every run (the table and plots), computed once per set of runs."""
-        key = (0, len(self.runs))
-        sizes = sum(r.index.size for r in self.runs)
-        cached = self._comparisons.get(key)
-        if cached is None or cached[2] != sizes:
+    def comparison(self) -> tuple[Any, list[str]]:
+        """`report compare` of every run (its tables and plots), made again only when a run has grown."""
+        sizes = tuple(r.index.size for r in self.runs)
+        if self._comparison is None or self._comparison[2] != sizes:
             c = comparison(self.runs)
-            cached = (c, comparison_plots(c), sizes)
-            self._comparisons[key] = cached
-        return cached[0], cached[1]
+            self._comparison = (c, comparison_plots(c), sizes)
+        return self._comparison[0], self._comparison[1]
 
     def compare_section(self, a: int, b: int, *, page_id: str = "compare", route: str = "") -> str:
         ra, rb = self.run(a), self.run(b)
-        c, plots = self.comparison(a, b)
+        c, plots = self.comparison()
         return self.render("compare.html.j2", page_id=page_id, route=route, a=ra, b=rb, grid=grid(ra.index, rb.index), c=c,
                            plots=plots, metric_names=list(METRICS))
 

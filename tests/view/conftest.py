@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.view.browser import BrowserMissing, chromium, find_chromium, no_browser, require_playwright
+from tests.view.browser import (
+    BrowserMissing,
+    chromium,
+    find_chromium,
+    no_browser,
+    require_playwright,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser

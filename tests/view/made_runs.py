@@ -13,7 +13,14 @@ from pathlib import Path
 import yaml
 
 from rollout.accounting import CallAccounting
-from rollout.events import CompletionEvent, ErrorEvent, LLMOutputEvent, LLMThinkingEvent, ToolCallEvent, ToolResultEvent
+from rollout.events import (
+    CompletionEvent,
+    ErrorEvent,
+    LLMOutputEvent,
+    LLMThinkingEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.run_folder import append_task
 

@@ -319,7 +319,7 @@ def test_model_output_runs_no_script_and_opens_no_dialog(tab: Tab, served: str, 
                 summary.click()
         texts = view.locator("td.text, pre")
         expect(texts.filter(has_text=HOSTILE).first).to_be_visible()
-        if url.endswith("id=h1") or url.endswith("task/0"):
+        if url.endswith(("id=h1", "task/0")):
             expect(view.locator("td.text").first).to_have_text(HOSTILE)  # the question
             expect(view.locator("pre.result").first).to_have_text(HOSTILE)  # the tool's result
             expect(view.locator("pre.answer")).to_have_text(HOSTILE)  # the prediction

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.view import browser
-from tests.view.browser import BrowserMissing, ChromiumSettingError, find_chromium, no_browser, require_playwright
+from tests.view.browser import (
+    BrowserMissing,
+    ChromiumSettingError,
+    find_chromium,
+    no_browser,
+    require_playwright,
+)
 
 
 def executable(path: Path) -> Path:

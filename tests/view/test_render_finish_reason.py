@@ -4,7 +4,12 @@
 from rich.console import Console
 
 from rollout.accounting import CallAccounting
-from rollout.events import CompletionEvent, LLMOutputEvent, ToolCallEvent, ToolResultEvent
+from rollout.events import (
+    CompletionEvent,
+    LLMOutputEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.view.render import format_live_event, render_task
 

@@ -14,7 +14,7 @@ from rollout.view.index import INDEX_FILE
 
 ROWS = (
     "(a) index       cold build", "(b) index       load from the cache", "fresh process: imports",
-    "fresh process: import scipy.stats", "fresh process: open_runs", "fresh process: first GET /run/0",
+    "fresh process: import scipy.special", "fresh process: open_runs", "fresh process: first GET /run/0",
     "open + first GET (imports excluded)", "imports + open + first GET", "GET /run/0 again",
     "status=error", "text search", "sort by tokens", "page 250", "ok, wrong, one tool", "median of 20 random tasks",
     "p95 of 20 random tasks", "median, status=ok&right=wrong&sort=tokens&desc=1", "p95, status=ok&right=wrong&sort",

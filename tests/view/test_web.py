@@ -37,7 +37,7 @@ def test_the_run_page_counts_filters_sorts_and_keeps_its_state_in_links(sweep: t
     page = c.get("/run/0").text
     assert row_ids(page) == ["q1", "q2", "q3", "q4", "q5", "q6"]
     assert "6 of 6 tasks" in page
-    assert re.search(r'badge st-ok">ok</span> 5 .*badge st-error">error</span> 1', page, re.S)
+    assert re.search(r'badge st-ok">ok</span> 5 .*badge st-error">error</span> 1', page, re.DOTALL)
     # EM over the five scored tasks (q1, q2, q4 right), with a CI over questions
     assert re.search(r"<td>EM</td><td class=\"n\"><b>0\.600</b></td>\s*<td class=\"muted\">\[", page)
     assert "<td>query_knowledge_base_dense</td>" in page  # the tool table, from tool_stats/report.json
@@ -86,7 +86,7 @@ def test_a_task_page_shows_the_timeline_cards_gold_and_its_neighbours_within_the
     assert 'data-nav="prev" href="/run/0/task?id=q2&amp;right=right"' in page
     assert re.search(r'data-nav="next" href=""\s+hidden', page)
     assert 'href="/run/0?right=right" data-back' in page
-    record = json.loads(html.unescape(re.search(r'<pre id="json-task" hidden>(.*?)</pre>', page, re.S).group(1)))
+    record = json.loads(html.unescape(re.search(r'<pre id="json-task" hidden>(.*?)</pre>', page, re.DOTALL).group(1)))
     assert record["id"] == "q4" and record["prediction"] == "Lima"
     assert 'id="task-e0"' in page and 'href="#task-e0"' in page
 

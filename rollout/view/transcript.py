@@ -1,0 +1,205 @@
+"""A task's page in the web viewer: its events as a timeline, each tool call a card, the documents it retrieved.
+
+`task_view` reads one trajectory line at its offset (`TrajectoryIndex.read_task`) and makes the records the
+task template renders: no HTTP, no HTML here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.events import (
+    CompletionEvent,
+    ErrorEvent,
+    LLMOutputEvent,
+    LLMThinkingEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from rollout.records import TaskResult, ToolCallRecord
+from rollout.relevance_view import is_relevance_view
+from rollout.view.index import TrajectoryIndex
+from rollout.view.render import finish_note
+
+RESULT_PREVIEW_CHARS = 600
+"""A tool result longer than this shows its start, with "show all" for the rest."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCard:
+    """One tool call as a collapsible card: what was asked, what came back, what it cost."""
+
+    anchor: str
+    name: str
+    arguments: str
+    """The arguments as indented JSON."""
+    ok: bool | None
+    """None while the call has no result (the task ended first)."""
+    outcome: str
+    latency_ms: float | None
+    result: str
+    preview: str
+    """The start of `result` when it is long (else equal to it)."""
+    relevance: bool
+    """The result is a relevance view (a compact chart the agent read): shown whole, monospaced."""
+    result_ids: list[str]
+    gold_ids: set[str]
+    accounting: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    """One event of the task as the page shows it; `card` for a tool call."""
+
+    anchor: str
+    kind: str
+    """llm, think, call, answer or error (a tool result is shown inside its call's card)."""
+    offset_s: float
+    title: str
+    text: str = ""
+    calls: list[str] = field(default_factory=list)
+    """For llm: the tool calls it asked for, `name(arguments)`."""
+    note: str = ""
+    card: ToolCard | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedDoc:
+    doc_id: str
+    gold: bool
+    first_call: int
+    """1-based number of the tool call that first returned it."""
+    rank: int
+    """Its 1-based rank in that call's result."""
+    times: int
+    """How many calls returned it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceStrip:
+    """One retrieval call in the relevance chart: a cell per returned document, gold ones marked."""
+
+    call: int
+    name: str
+    query: str
+    cells: list[tuple[str, bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    task: TaskResult
+    em: float | None
+    f1: float | None
+    recall: float | None
+    timeline: list[TimelineEntry]
+    docs: list[RetrievedDoc]
+    missed_gold: list[str]
+    chart: list[RelevanceStrip]
+    record_json: str
+    """The whole trajectory line, indented: what "copy as JSON" copies."""
+
+
+def _gold(task: TaskResult) -> set[str]:
+    return {str(d) for d in task.metadata.get("gold_doc_ids", []) or []}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    return f"{name}({args})"
+
+
+def task_view(index: TrajectoryIndex, i: int) -> TaskView:
+    record = index.read_record(i)
+    task = index.read_task(i)
+    gold = _gold(task)
+    records = {c.call_id: c for c in task.tool_calls}
+    results = {e.call_id: e for e in task.events if isinstance(e, ToolResultEvent)}
+    t0 = task.events[0].t if task.events else 0.0
+    timeline: list[TimelineEntry] = []
+    for n, e in enumerate(task.events):
+        anchor, offset = f"e{n}", e.t - t0
+        match e:
+            case LLMOutputEvent():
+                meta = [f"turn {e.turn}"] + ([f"{e.latency_ms:.0f} ms"] if e.latency_ms else [])
+                if e.usage and e.usage.get("total_tokens") is not None:
+                    meta.append(f"{e.usage['total_tokens']:,} tokens")
+                timeline.append(TimelineEntry(anchor, "llm", offset, " · ".join(meta), e.content or "",
+                                              [_call_text(str(c.get("name")), c.get("arguments")) for c in e.tool_calls],
+                                              finish_note(e.finish_reason)))
+            case LLMThinkingEvent():
+                timeline.append(TimelineEntry(anchor, "think", offset, f"turn {e.turn}", e.content))
+            case ToolCallEvent():
+                card = _card(anchor, e, results.get(e.call_id), records.get(e.call_id), gold)
+                timeline.append(TimelineEntry(anchor, "call", offset, e.name, card=card))
+            case ToolResultEvent():
+                continue  # shown in its call's card
+            case CompletionEvent():
+                timeline.append(TimelineEntry(anchor, "answer", offset, f"after {e.turns} turns", e.prediction))
+            case ErrorEvent():
+                timeline.append(TimelineEntry(anchor, "error", offset, e.kind, e.message))
+    if not task.events:  # records of older runs: their tool calls, in order
+        timeline = [TimelineEntry(f"c{n}", "call", c.started - task.tool_calls[0].started, c.name,
+                                  card=_card(f"c{n}", None, None, c, gold))
+                    for n, c in enumerate(task.tool_calls)]
+    docs, chart = _retrieved(task.tool_calls, gold)
+    seen = {d.doc_id for d in docs} | {i for c in task.tool_calls for i in c.result_doc_ids}
+    cols = index.columns
+    return TaskView(task=task, em=cols["em"][i], f1=cols["f1"][i], recall=cols["recall"][i], timeline=timeline,
+                    docs=docs, missed_gold=sorted(gold - seen), chart=chart, record_json=_json(record))
+
+
+def _card(anchor: str, call: ToolCallEvent | None, result: ToolResultEvent | None, record: ToolCallRecord | None,
+          gold: set[str]) -> ToolCard:
+    name = call.name if call else (record.name if record else "?")
+    arguments = call.arguments if call else (record.arguments if record else {})
+    if result is not None:
+        ok, outcome, latency, text, ids = result.ok, result.outcome, result.latency_ms, result.text, result.result_ids
+    elif record is not None:
+        ok, outcome, latency, text, ids = record.ok, record.outcome, record.latency_ms, record.error or "", record.result_ids
+    else:
+        ok, outcome, latency, text, ids = None, "no result", None, "", []
+    doc_ids = list(record.result_doc_ids) if record is not None else []
+    accounting = record.accounting.to_json() if record is not None and record.accounting is not None else None
+    return ToolCard(
+        anchor=anchor, name=name, arguments=_json(arguments), ok=ok, outcome=outcome, latency_ms=latency,
+        result=text, preview=text if len(text) <= RESULT_PREVIEW_CHARS else text[:RESULT_PREVIEW_CHARS] + "…",
+        relevance=is_relevance_view(text), result_ids=[str(i) for i in ids],
+        gold_ids={str(i) for i in ids} & gold | {str(d) for d in doc_ids} & gold, accounting=accounting,
+    )
+
+
+def _retrieved(calls: list[ToolCallRecord], gold: set[str]) -> tuple[list[RetrievedDoc], list[RelevanceStrip]]:
+    """Every document the task's calls returned (first seen first), and the chart: a strip per call that returned
+    any. A passage counts as gold when it or its source document is named gold."""
+    first: dict[str, tuple[int, int, bool]] = {}
+    times: Counter[str] = Counter()
+    chart: list[RelevanceStrip] = []
+    for n, c in enumerate(calls, start=1):
+        doc_ids = c.result_doc_ids if len(c.result_doc_ids) == len(c.result_ids) else c.result_ids
+        cells = []
+        for rank, (pid, did) in enumerate(zip(c.result_ids, doc_ids, strict=True), start=1):
+            is_gold = str(pid) in gold or str(did) in gold
+            cells.append((str(pid), is_gold))
+            times[str(pid)] += 1
+            first.setdefault(str(pid), (n, rank, is_gold))
+        if cells:
+            query = c.arguments.get("query") if isinstance(c.arguments, dict) else None
+            chart.append(RelevanceStrip(n, c.name, "" if query is None else str(query), cells))
+    docs = [RetrievedDoc(pid, g, call, rank, times[pid]) for pid, (call, rank, g) in first.items()]
+    return docs, chart
+
+
+def neighbours(rows: list[int], i: int) -> tuple[int | None, int | None]:
+    """The rows before and after `i` in a filtered order (None at either end, or when `i` is not in it)."""
+    try:
+        k = rows.index(i)
+    except ValueError:
+        return None, None
+    return (rows[k - 1] if k > 0 else None), (rows[k + 1] if k + 1 < len(rows) else None)
