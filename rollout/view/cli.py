@@ -43,6 +43,8 @@ __all__ = ["format_live_event", "main", "render_task"]
 STATUSES: tuple[str, ...] = get_args(TaskStatus)
 TOKEN_ENV = "ROLLOUT_VIEW_TOKEN"
 """Where `--serve` reads its token when `--token` is not given."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""Addresses `--serve` binds to without a token."""
 POLL_S = 0.5
 """How often `--follow` looks for new lines."""
 
@@ -288,6 +290,11 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None, *,
     _refuse_terminal_options(args, parser)
     console = console or ReadableConsole(highlight=False)
     try:
+        if args.serve:
+            args.token = args.token or os.environ.get(TOKEN_ENV) or None
+            if args.host not in LOOPBACK and not args.token:
+                raise ViewError(f"--host {args.host} would let other machines read these runs: give a token "
+                                f"(--token <secret> or export {TOKEN_ENV}=<secret>), or keep the default 127.0.0.1")
         if args.serve or args.html is not None:
             from rollout.view.serve import serve_or_write
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 from pathlib import Path
 
 import uvicorn
@@ -14,9 +13,8 @@ from rollout.errors import ViewError
 from rollout.listen import bind_socket
 from rollout.report.compare import common_parent, find_runs
 from rollout.run_folder import TRAJECTORY_FILE
-from rollout.view.cli import TOKEN_ENV
 from rollout.view.pages import open_runs
-from rollout.view.web import LOOPBACK, Viewer, create_app
+from rollout.view.web import Viewer, create_app
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +36,7 @@ def serve_or_write(args: argparse.Namespace) -> int:
         print(f"wrote {out} ({len(runs)} run{'s' if len(runs) > 1 else ''}, "
               f"{sum(len(r.index) for r in runs):,} tasks, {out.stat().st_size / 1e6:.1f} MB); open it in a browser")
         return 0
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    if args.host not in LOOPBACK and not token:
-        raise ViewError(f"--host {args.host} would let other machines read these runs: give a token "
-                        f"(--token <secret> or export {TOKEN_ENV}=<secret>), or keep the default 127.0.0.1")
+    token = args.token  # the command line's or $ROLLOUT_VIEW_TOKEN, checked by rollout.view.cli
     viewer = Viewer(runs, root)
     viewer.warm()  # before the address is printed, so the first page a browser asks for is not the slow one
     app = create_app(viewer, token=token)

@@ -46,7 +46,6 @@ from rollout.view.pages import (
 from rollout.view.query import PAGE_SIZE, SORTS, TableQuery
 from rollout.view.transcript import neighbours, task_view
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 COLUMNS = [("id", "id"), ("status", "status"), ("em", "answer"), ("question", "question"),
            ("prediction", "prediction"), ("gold", "gold"), ("calls", "tool calls"), ("tokens", "tokens"),
            ("latency_s", "time s")]

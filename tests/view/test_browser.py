@@ -152,6 +152,7 @@ def test_filtering_the_task_table_shows_the_tasks_the_data_says(tab: Tab, served
     expect(page.locator("tbody[data-rows] tr")).to_have_count(len(wrong))
     assert shown_ids(page) == wrong
     expect(page.locator("[data-matched]")).to_have_text(f"{len(wrong)} of {len(all_ids)} tasks")
+    assert page.url.endswith(f"run/{HYBRID}?right=wrong")  # the filters left at "any" stay out of the link
 
     # The text search narrows the filtered view further (both kept in the URL).
     page.fill("input[name=q]", wrong[-1])
@@ -227,6 +228,15 @@ def test_the_static_file_opens_from_file_and_filters_links_and_compares_in_the_b
     expect(shown.locator("tbody[data-rows] tr:visible")).to_have_count(len(wrong))
     assert shown_ids(page) == wrong
     expect(shown.locator("[data-matched]")).to_have_text(f"{len(wrong)} of {len(all_ids)} tasks")
+
+    # Sorting by id, twice: the rows reverse and the heading's arrow follows.
+    shown.locator("a[data-sort=id]").click()
+    shown.locator("a[data-sort=id]").click()
+    page.wait_for_url(re.compile(r"sort=id&desc=1$"))
+    expect(shown.locator("a[data-sort=id]")).to_have_text("id ▼")
+    assert shown_ids(page) == sorted(wrong, reverse=True)
+    page.goto(f"{static_file}#/run/{HYBRID}?right=wrong")
+    expect(shown.locator("a[data-sort=id]")).to_have_text("id")
 
     # A task of the filtered table, its card, and back to the same filtered table.
     shown.locator("tbody[data-rows] tr:visible td.id a").first.click()

@@ -50,7 +50,7 @@ def test_the_run_page_counts_filters_sorts_and_keeps_its_state_in_links(sweep: t
     # a task's link carries the filter (for previous/next), and the sort links keep the filter
     assert 'href="/run/0/task?id=q5&amp;right=wrong&amp;sort=id&amp;desc=1"' in filtered
     assert 'href="/run/0?right=wrong&amp;sort=id&amp;page=1"' not in filtered
-    assert 'data-sort="id" href="/run/0?right=wrong&amp;sort=id"' in filtered
+    assert 'data-sort="id" data-heading="id" href="/run/0?right=wrong&amp;sort=id"' in filtered
 
 
 def test_the_tool_filter_and_pages_of_200(tmp_path: Path) -> None:

@@ -56,7 +56,13 @@
     setTimeout(poll, 2000);
   }
 
-  if (!STATIC) return;
+  if (!STATIC) {
+    // A filter left at "any" or empty stays out of the URL, so a shared link says only what it filters.
+    document.addEventListener("submit", function (ev) {
+      Array.prototype.forEach.call(ev.target.elements, function (el) { if (el.name && el.value === "") el.disabled = true; });
+    });
+    return;
+  }
 
   // --- the static file: one section per page, chosen by the URL's #route ------------------------
   var sections = Array.prototype.slice.call(document.querySelectorAll("section.page"));
@@ -137,6 +143,7 @@
     ["status", "right", "tool", "q"].forEach(function (k) { form.elements[k].value = params.get(k) || ""; });
     section.querySelectorAll("a[data-sort]").forEach(function (a) {
       var same = (params.get("sort") || "order") === a.dataset.sort;
+      a.textContent = a.dataset.heading + (same ? (params.get("desc") === "1" ? " ▼" : " ▲") : "");
       a.href = "#" + route + query(params, { sort: a.dataset.sort, desc: same && params.get("desc") !== "1" ? "1" : "", page: "" });
     });
     section.dataset.params = params.toString();
