@@ -1,10 +1,10 @@
 """Shared fixtures: a real gateway on loopback HTTP in a background thread; one local Ray, one cache and
 the shared demo runs for whole runs.
 
-Session-scoped on purpose: starting Ray, exporting the encoder and building indexes cost seconds each, and
-every test that needs them gets the same ones. Under pytest-xdist (pyproject's addopts: `-n 2 --dist
-loadfile`) each worker is a session of its own with its own Ray; the cache folder and the demo runs are
-shared by all workers of a session.
+Kept for the session on purpose: starting Ray, exporting the encoder and building indexes cost seconds each, and
+every test that needs them gets the same ones (Ray until the modules that use it are done). Under pytest-xdist
+(pyproject's addopts: `-n 2 --dist loadfile`) each worker is a session of its own with its own Ray; the cache
+folder and the demo runs are shared by all workers of a session.
 """
 
 from __future__ import annotations
@@ -37,15 +37,39 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+RAY_MODULES = pytest.StashKey[set[str]]()
+"""Modules with a test that runs in this process's local Ray (it asks for `ray_local` or `demo_runs`)."""
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def uses(item: pytest.Item, *fixtures: str) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in fixtures)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the modules that make or read whole runs go first: started last, a long module would keep
-    one worker busy while the other has nothing left to do. The order within a module is kept."""
+    """Under xdist, the modules that make or read whole runs go first, then the other modules that use Ray, then the
+    slow ones: started last, a long module would keep one worker busy while the others have nothing left to do, and
+    no module after the Ray ones needs Ray (see pytest_runtest_setup). The order within a module is kept."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    module = {item: item.nodeid.split("::")[0] for item in items}
-    demo = {module[i] for i in items if "demo_runs" in getattr(i, "fixturenames", ())}
-    slow = {module[i] for i in items if i.get_closest_marker("slow")}
-    items.sort(key=lambda i: 0 if module[i] in demo else 1 if module[i] in slow else 2)
+    demo = {module_of(i) for i in items if uses(i, "demo_runs")}
+    ray_modules = config.stash[RAY_MODULES] = {module_of(i) for i in items if uses(i, "ray_local", "demo_runs")}
+    slow = {module_of(i) for i in items if i.get_closest_marker("slow")}
+    groups = (demo, ray_modules, slow)
+    items.sort(key=lambda i: next((n for n, group in enumerate(groups) if module_of(i) in group), len(groups)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under xdist, the local Ray is shut down in a module that has no use for it: an idle Ray costs about 5% of a
+    core, and the modules that use it come first, so a worker starts it once and stops it for good. (In one process
+    the modules keep their order and the session's Ray stays up.)"""
+    ray_modules = item.config.stash.get(RAY_MODULES, None)
+    if ray_modules is not None and ray.is_initialized() and module_of(item) not in ray_modules:
+        ray.shutdown()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -54,7 +78,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def start_local_ray() -> None:
-    """Start this session's local Ray unless one is up (it is shut down when the session ends)."""
+    """Start this process's local Ray unless a Ray is up (pytest_runtest_setup and the session's end stop it)."""
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
@@ -65,9 +89,10 @@ def shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_local() -> None:
-    """A local Ray for in-process runs (`run()` uses a Ray that is already up), started once per session."""
+    """A local Ray for in-process runs (`run()` uses a Ray that is already up): started by the first test that asks,
+    kept for the next ones (pytest_runtest_setup stops it in the modules that have no use for it)."""
     start_local_ray()
 
 
