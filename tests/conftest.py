@@ -21,6 +21,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
+from rollout.retrieval import Encoder
 from tests.agents.chat_server import ChatServer, chat_server
 from tests.demo_runs import DemoRuns
 from tests.gateway.loopback import serving
@@ -106,6 +107,13 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = shared_by_workers(tmp_path_factory) / "cache"
     path.mkdir(exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Encoder:
+    """The bundled all-MiniLM-L6-v2 on torch, for in-process retrievers: loading torch takes seconds, so once per
+    session, for the retrieval and the gateway tests alike."""
+    return Encoder()
 
 
 @pytest.fixture(scope="session")
