@@ -44,7 +44,7 @@ def retrieved(run_dir):
 def test_two_replicas_on_two_nodes_match_one_gateway(two_nodes, tmp_path, cache_dir, monkeypatch):
     monkeypatch.setenv("ROLLOUT_GATEWAY_TOKEN", "cluster-secret")  # the gateway binds the node address
     # The shared demo runs' knowledge base: its indexes are in the session's cache.
-    common = ["mode=hybrid", *SMALL_KB[:2], f"ray.address={two_nodes.address}", f"cache_dir={cache_dir}",
+    common = ["mode=hybrid", *SMALL_KB, f"ray.address={two_nodes.address}", f"cache_dir={cache_dir}",
               "progress=false"]
     one = run(compose_run_config(*common, f"output_dir={tmp_path / 'one'}"))
     two = run(compose_run_config(*common, f"output_dir={tmp_path / 'two'}", "gateway.replicas=2"))
