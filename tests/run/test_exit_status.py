@@ -1,6 +1,6 @@
 """A run that produced nothing says so: it writes its folder, then exits 1 with one line; a sweep goes on past it.
 
-The sweep scenario is also the command line's sweep: one folder per job, each mode's tools."""
+The sweep scenario is also the command line's sweep: one folder per job, each mode's tools, one Ray for all jobs."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_a_sweep_gives_one_folder_per_job_runs_past_the_jobs_that_produced_nothi
         cache_dir, tmp_path):
     # One sweep over two axes, run as a user types it from an empty directory: the default results/ folder lands
     # there, the mode presets' gateway files still resolve against the project, each job gets a folder named by its
-    # overrides, and the gateway token (from the environment) is on no file the sweep writes.
+    # overrides, the jobs share one Ray, and the gateway token (from the environment) is on no file the sweep writes.
     token = "tok-3f9c1e7a-never-on-disk"
     with chat_server() as llm:
         # Each openai job's preflight is answered, then every request of its tasks fails: each of its tasks is an
@@ -110,6 +110,7 @@ def test_a_sweep_gives_one_folder_per_job_runs_past_the_jobs_that_produced_nothi
               for mode in ("dense", "sparse")}
     assert sorted([*heuristic.values(), *openai.values()]) == sorted(sweep / j for j in jobs)
     assert (sweep / "multirun.yaml").is_file() and files_containing(tmp_path, token) == []
+    assert r.stderr.count("Started Ray") == 1  # the four jobs ran on one Ray
     # Each heuristic job ran its mode with its mode's tool alone, every task ok.
     for mode, tool in [("dense", "query_knowledge_base_dense"), ("sparse", "query_knowledge_base_sparse")]:
         summary = json.loads((heuristic[mode] / "evaluation_summary.json").read_text())
