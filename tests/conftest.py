@@ -3,7 +3,7 @@ the shared demo runs for whole runs.
 
 Kept for the session on purpose: starting Ray, exporting the encoder and building indexes cost seconds each, and
 every test that needs them gets the same ones (Ray until the modules that use it are done). Under pytest-xdist
-(pyproject's addopts: `-n 2 --dist loadfile`) each worker is a session of its own with its own Ray; the cache
+(pyproject's addopts: `-n 3 --dist loadfile`) each worker is a session of its own with its own Ray; the cache
 folder and the demo runs are shared by all workers of a session.
 """
 
