@@ -23,9 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.records import TaskResult
-from rollout.retrieval.encoder import bundled_model_path
-from rollout.retrieval.encoder_export import ensure_exported
-from rollout.retrieval.params import DenseParams
 from rollout.run.config import compose_run_config
 from rollout.run.driver import RunOutcome
 from rollout.run.stream import TaskEvent, run_with_events
@@ -81,19 +78,12 @@ class DemoRuns:
         """The folder of the run of `mode` with no extra overrides."""
         return self.get(mode).folder
 
-    def _encoder_exported(self) -> None:
-        """Export the bundled encoder into the shared cache, one worker at a time: the runs' gateways load the export,
-        and gateways of runs made at once by several workers would each export it (seconds of CPU each)."""
-        with _locked(self._root / "encoder-export.lock"):
-            ensure_exported(bundled_model_path(), DenseParams().backend, self._cache_dir)
-
     def _made_once(self, name: str, key: tuple[str, ...]) -> DemoRun:
         folder, saved = self._root / name, self._root / f"{name}.streamed.pickle"
         with _locked(self._root / f"{name}.lock"):
             if saved.is_file():
                 return DemoRun(folder, pickle.loads(saved.read_bytes()))
             self._start_ray()
-            self._encoder_exported()
             mode, *overrides = key
             cfg = compose_run_config(f"mode={mode}", *SMALL_KB, *WORKERS.get(mode, ONE_WORKER), *overrides,
                                      f"output_dir={folder}", f"cache_dir={self._cache_dir}")
