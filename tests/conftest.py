@@ -38,8 +38,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-RAY_MODULES = pytest.StashKey[set[str]]()
-"""Modules with a test that runs in this process's local Ray (it asks for `ray_local` or `demo_runs`)."""
+POSITION = pytest.StashKey[dict[str, int]]()
+"""Under xdist, each module's place in the order the workers take them."""
+RAY_AFTER = pytest.StashKey[int]()
+"""Under xdist, the place in that order after which no module uses this process's local Ray."""
+
+LONG_SHARE = 0.7
+"""How far into the module order the long modules are spread; the short ones alone make the end."""
 
 
 def module_of(item: pytest.Item) -> str:
@@ -51,25 +56,39 @@ def uses(item: pytest.Item, *fixtures: str) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the modules that make or read whole runs go first, then the other modules that use Ray, then the
-    slow ones: started last, a long module would keep one worker busy while the others have nothing left to do, and
-    no module after the Ray ones needs Ray (see pytest_runtest_setup). The order within a module is kept."""
+    """Under xdist, the long modules (whole runs, Ray, slow scenarios) are spread over the first part of the module
+    order, the short ones between and after them.
+
+    The workers take modules in this order as they finish one. A long module mostly waits (a gateway or Ray
+    starting, a simulated LLM's latency): while some workers run long ones, the others run short, busy ones, and
+    no long module is left to start when the rest is done. The order within a module is kept."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    modules = list(dict.fromkeys(module_of(i) for i in items))
+    ray_modules = {module_of(i) for i in items if uses(i, "ray_local", "demo_runs")}
     demo = {module_of(i) for i in items if uses(i, "demo_runs")}
-    ray_modules = config.stash[RAY_MODULES] = {module_of(i) for i in items if uses(i, "ray_local", "demo_runs")}
     slow = {module_of(i) for i in items if i.get_closest_marker("slow")}
-    groups = (demo, ray_modules, slow)
-    items.sort(key=lambda i: next((n for n, group in enumerate(groups) if module_of(i) in group), len(groups)))
+    # The slow scenarios first (the longest), then the demo runs, then the other modules that use Ray.
+    groups = (slow, demo, ray_modules)
+    long = sorted(ray_modules | slow, key=lambda m: next(n for n, group in enumerate(groups) if m in group))
+    short = [m for m in modules if m not in ray_modules | slow]
+    between = max(1, int(LONG_SHARE * len(short) / max(1, len(long))))
+    order = []
+    for n, module in enumerate(long):
+        order += [module, *short[n * between:(n + 1) * between]]
+    order += short[len(long) * between:]
+    position = config.stash[POSITION] = {module: n for n, module in enumerate(order)}
+    items.sort(key=lambda i: position[module_of(i)])
+    config.stash[RAY_AFTER] = max((position[m] for m in ray_modules), default=-1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under xdist, the local Ray is shut down in a module that has no use for it: an idle Ray costs about 5% of a
-    core, and the modules that use it come first, so a worker starts it once and stops it for good. (In one process
-    the modules keep their order and the session's Ray stays up.)"""
-    ray_modules = item.config.stash.get(RAY_MODULES, None)
-    if ray_modules is not None and ray.is_initialized() and module_of(item) not in ray_modules:
+    """Under xdist, a worker's local Ray is shut down once its modules are past the last that uses Ray: an idle Ray
+    costs about 5% of a core. Workers take modules in order, so none of those comes to it later. (In one process the
+    modules keep their order and the session's Ray stays up.)"""
+    ray_after = item.config.stash.get(RAY_AFTER, None)
+    if ray_after is not None and ray.is_initialized() and item.config.stash[POSITION][module_of(item)] > ray_after:
         ray.shutdown()
 
 
