@@ -70,7 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = {module_of(i) for i in items if i.get_closest_marker("slow")}
     # The slow scenarios first (the longest), then the demo runs, then the other modules that use Ray.
     groups = (slow, demo, ray_modules)
-    long = sorted(ray_modules | slow, key=lambda m: next(n for n, group in enumerate(groups) if m in group))
+    # In collection order within a group: every worker must find the same order (a set's order is per process).
+    long = sorted((m for m in modules if m in ray_modules | slow),
+                  key=lambda m: next(n for n, group in enumerate(groups) if m in group))
     short = [m for m in modules if m not in ray_modules | slow]
     between = max(1, int(LONG_SHARE * len(short) / max(1, len(long))))
     order = []
