@@ -1,10 +1,10 @@
 """Shared fixtures: a real gateway on loopback HTTP in a background thread; one local Ray, one cache and
 the shared demo runs for whole runs.
 
-Session-scoped on purpose: starting Ray, exporting the encoder and building indexes cost seconds each, and
-every test that needs them gets the same ones. Under pytest-xdist (pyproject's addopts: `-n 2 --dist
-loadfile`) each worker is a session of its own with its own Ray; the cache folder and the demo runs are
-shared by all workers of a session.
+Kept for the session on purpose: starting Ray, exporting the encoder and building indexes cost seconds each, and
+every test that needs them gets the same ones (Ray until the modules that use it are done). Under pytest-xdist
+(pyproject's addopts: `-n 3 --dist loadfile`) each worker is a session of its own with its own Ray; the cache
+folder and the demo runs are shared by all workers of a session.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
+from rollout.retrieval import Encoder
 from tests.agents.chat_server import ChatServer, chat_server
 from tests.demo_runs import DemoRuns
 from tests.gateway.loopback import serving
@@ -37,15 +38,60 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+POSITION = pytest.StashKey[dict[str, int]]()
+"""Under xdist, each module's place in the order the workers take them."""
+RAY_AFTER = pytest.StashKey[int]()
+"""Under xdist, the place in that order after which no module uses this process's local Ray."""
+
+LONG_SHARE = 0.7
+"""How far into the module order the long modules are spread; the short ones alone make the end."""
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def uses(item: pytest.Item, *fixtures: str) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in fixtures)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the modules that make or read whole runs go first: started last, a long module would keep
-    one worker busy while the other has nothing left to do. The order within a module is kept."""
+    """Under xdist, the long modules (whole runs, Ray, slow scenarios) are spread over the first part of the module
+    order, the short ones between and after them.
+
+    The workers take modules in this order as they finish one. A long module mostly waits (a gateway or Ray
+    starting, a simulated LLM's latency): while some workers run long ones, the others run short, busy ones, and
+    no long module is left to start when the rest is done. The order within a module is kept."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    module = {item: item.nodeid.split("::")[0] for item in items}
-    demo = {module[i] for i in items if "demo_runs" in getattr(i, "fixturenames", ())}
-    slow = {module[i] for i in items if i.get_closest_marker("slow")}
-    items.sort(key=lambda i: 0 if module[i] in demo else 1 if module[i] in slow else 2)
+    modules = list(dict.fromkeys(module_of(i) for i in items))
+    ray_modules = {module_of(i) for i in items if uses(i, "ray_local", "demo_runs")}
+    demo = {module_of(i) for i in items if uses(i, "demo_runs")}
+    slow = {module_of(i) for i in items if i.get_closest_marker("slow")}
+    # The slow scenarios first (the longest), then the demo runs, then the other modules that use Ray.
+    groups = (slow, demo, ray_modules)
+    # In collection order within a group: every worker must find the same order (a set's order is per process).
+    long = sorted((m for m in modules if m in ray_modules | slow),
+                  key=lambda m: next(n for n, group in enumerate(groups) if m in group))
+    short = [m for m in modules if m not in ray_modules | slow]
+    between = max(1, int(LONG_SHARE * len(short) / max(1, len(long))))
+    order = []
+    for n, module in enumerate(long):
+        order += [module, *short[n * between:(n + 1) * between]]
+    order += short[len(long) * between:]
+    position = config.stash[POSITION] = {module: n for n, module in enumerate(order)}
+    items.sort(key=lambda i: position[module_of(i)])
+    config.stash[RAY_AFTER] = max((position[m] for m in ray_modules), default=-1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under xdist, a worker's local Ray is shut down once its modules are past the last that uses Ray: an idle Ray
+    costs about 5% of a core. Workers take modules in order, so none of those comes to it later. (In one process the
+    modules keep their order and the session's Ray stays up.)"""
+    ray_after = item.config.stash.get(RAY_AFTER, None)
+    if ray_after is not None and ray.is_initialized() and item.config.stash[POSITION][module_of(item)] > ray_after:
+        ray.shutdown()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -54,7 +100,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def start_local_ray() -> None:
-    """Start this session's local Ray unless one is up (it is shut down when the session ends)."""
+    """Start this process's local Ray unless a Ray is up (pytest_runtest_setup and the session's end stop it)."""
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
@@ -65,9 +111,10 @@ def shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_local() -> None:
-    """A local Ray for in-process runs (`run()` uses a Ray that is already up), started once per session."""
+    """A local Ray for in-process runs (`run()` uses a Ray that is already up): started by the first test that asks,
+    kept for the next ones (pytest_runtest_setup stops it in the modules that have no use for it)."""
     start_local_ray()
 
 
@@ -81,6 +128,13 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = shared_by_workers(tmp_path_factory) / "cache"
     path.mkdir(exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Encoder:
+    """The bundled all-MiniLM-L6-v2 on torch, for in-process retrievers: loading torch takes seconds, so once per
+    session, for the retrieval and the gateway tests alike."""
+    return Encoder()
 
 
 @pytest.fixture(scope="session")

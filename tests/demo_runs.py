@@ -27,8 +27,13 @@ from rollout.run.config import compose_run_config
 from rollout.run.driver import RunOutcome
 from rollout.run.stream import TaskEvent, run_with_events
 
-SMALL_KB = ("dataset.n_passages=400", "dataset.n_questions=40", "workers=2", "concurrency_per_worker=4")
-"""The knowledge base and workers of every shared run: 40 questions over 400 passages, two actors."""
+SMALL_KB = ("dataset.n_passages=400", "dataset.n_questions=40")
+"""The knowledge base of every shared run: 40 questions over 400 passages."""
+
+WORKERS = {"hybrid": ("workers=2", "concurrency_per_worker=4")}
+"""The hybrid run is the demo as a user runs it, on two actors. The other modes' checks are about their tools and
+results, so they run on one actor with as many tasks at once (ONE_WORKER): an actor less is a second of CPU a run."""
+ONE_WORKER = ("workers=1", "concurrency_per_worker=8")
 
 Streamed = TaskEvent | TaskResult | RunOutcome
 
@@ -80,8 +85,8 @@ class DemoRuns:
                 return DemoRun(folder, pickle.loads(saved.read_bytes()))
             self._start_ray()
             mode, *overrides = key
-            cfg = compose_run_config(f"mode={mode}", *SMALL_KB, *overrides, f"output_dir={folder}",
-                                     f"cache_dir={self._cache_dir}")
+            cfg = compose_run_config(f"mode={mode}", *SMALL_KB, *WORKERS.get(mode, ONE_WORKER), *overrides,
+                                     f"output_dir={folder}", f"cache_dir={self._cache_dir}")
             streamed = list(run_with_events(cfg))
             fd, tmp = tempfile.mkstemp(prefix=f".{saved.name}.", dir=self._root)
             with os.fdopen(fd, "wb") as f:

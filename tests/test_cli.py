@@ -2,7 +2,8 @@
 
 Input refused before Hydra starts a job (an unknown mode, a token on the command line, the gateway's own
 arguments) is checked in this process through the console script's function, `rollout.cli.main`, as the
-`rollout` tests do; what a run refuses once started goes through `python -m rollout` in a subprocess."""
+`rollout` tests do; what a run refuses once started goes through `python -m rollout` in a subprocess. A sweep
+from an empty folder (one folder per mode) runs in tests/run/test_exit_status.py's sweep scenario."""
 
 from __future__ import annotations
 
@@ -70,22 +71,6 @@ def test_dataset_paths_are_required(tmp_path):
 def test_gateway_alone_rejects_missing_file(tmp_path, capsys):
     assert exit_code(["gateway", "--config", str(tmp_path / "x.json")]) == 2
     assert "gateway file not found" in capsys.readouterr().err
-
-
-@pytest.mark.slow
-def test_multirun_leaves_one_folder_per_mode(cache_dir, tmp_path):
-    # Run from an empty directory: the default results/ folder lands there, and the
-    # mode presets' gateway files still resolve against the project.
-    r = rollout("-m", "mode=dense,sparse", "dataset.n_passages=400", "dataset.n_questions=40", "dataset.limit=6",
-                f"cache_dir={cache_dir}", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    for mode, tool in [("dense", "query_knowledge_base_dense"), ("sparse", "query_knowledge_base_sparse")]:
-        folder = tmp_path / "results" / "demo" / f"{mode},dataset.n_passages=400,dataset.n_questions=40"
-        summary = json.loads((folder / "evaluation_summary.json").read_text())
-        assert summary["n"] == 6 and summary["mode"] == mode
-        report = json.loads((folder / "tool_stats" / "report.json").read_text())
-        assert [t["tool_name"] for t in report["tools"]] == [tool]
-    assert "Results:" in r.stdout
 
 
 def test_a_token_on_the_command_line_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):

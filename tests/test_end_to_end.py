@@ -9,10 +9,12 @@ import pytest
 from mcp.client.client import Client
 
 from rollout.export.cli import main as export_main
-from rollout.gateway_file import GATEWAYS_DIR
-from rollout.run.gateway_process import GatewayProcess
+from rollout.gateway.__main__ import load_knowledge_base, parse_args
+from rollout.gateway.plan import plan_gateway
+from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
 from rollout.run.identity import tool_hashes
 from rollout.run_folder import read_tools, spec_name
+from tests.conftest import gateway_on_loopback
 from tests.demo_runs import DemoRuns
 
 DENSE, SPARSE = "query_knowledge_base_dense", "query_knowledge_base_sparse"
@@ -106,11 +108,17 @@ def test_retrieval_recall_is_measured_in_tool_modes(runs):
         assert summary["metrics"]["retrieval_recall"] > 0.3
 
 
-async def test_client_lists_exactly_the_gateway_files_tools(runs, cache_dir, tmp_path):
+async def test_client_lists_exactly_the_gateway_files_tools(runs, cache_dir):
+    # The gateway `python -m rollout.gateway --config FILE` serves (the runs above started it as a process), here
+    # on loopback in this process, over the runs' corpus and cached indexes.
     corpus = next(cache_dir.glob("demo-400-40-0/corpus.jsonl"))
     for name, expected in [("rag_dense_only.json", [DENSE]), ("rag_hybrid.json", [DENSE, SPARSE])]:
-        args = ["--config", str(GATEWAYS_DIR / name), "--corpus", str(corpus), "--cache-dir", str(cache_dir),
-                "--output-dir", str(tmp_path / name)]
-        with GatewayProcess(args, ready_timeout_s=300) as gateway:
-            async with Client(gateway.wait_ready()) as client:
-                assert [t.name for t in (await client.list_tools()).tools] == expected
+        args = parse_args(["--config", str(GATEWAYS_DIR / name), "--corpus", str(corpus),
+                           "--cache-dir", str(cache_dir)])
+        kb = load_knowledge_base(args, plan_gateway(load_gateway_file(args.config)).requires)
+        try:
+            with gateway_on_loopback(args.config, kb) as url:
+                async with Client(url) as client:
+                    assert [t.name for t in (await client.list_tools()).tools] == expected
+        finally:
+            kb.retrievers["dense"].close()  # its query-batching thread

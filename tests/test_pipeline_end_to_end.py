@@ -87,8 +87,8 @@ def test_with_an_endpoint_the_gateway_filters_and_answers_with_the_llm(ray_local
     # "I don't know.", with 20 prompt and 5 completion tokens per request.
     with chat_server() as server:
         out = run(compose_run_config(
-            "mode=pipeline", f"output_dir={tmp_path / 'llm'}", f"cache_dir={cache_dir}", *SMALL_KB,
-            "dataset.limit=3", "llm.model=scripted", f"llm.base_url={server.base_url}", "llm.api_key_env=null",
+            "mode=pipeline", f"output_dir={tmp_path / 'llm'}", f"cache_dir={cache_dir}", *SMALL_KB, "dataset.limit=3",
+            "workers=1", "llm.model=scripted", f"llm.base_url={server.base_url}", "llm.api_key_env=null",
         )).output_dir
         prompts = [m["content"] for r in server.chat_requests for m in r["messages"] if m["role"] == "user"]
     trajectory = read_jsonl(out / "trajectory.jsonl")

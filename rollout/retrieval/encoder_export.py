@@ -14,6 +14,8 @@ sentence-transformers' own `encode` on probe texts before it is cached.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -22,6 +24,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -60,26 +63,44 @@ def ensure_exported(model_id: str, backend: str, cache_dir: Path) -> Path:
     source = resolve_model_dir(model_id)
     cache_dir = Path(cache_dir)
     final = cache_dir / f"encoder-{backend}-{_export_key(model_id, backend, source)[:16]}"
-    if (final / PIPELINE_FILE).is_file() and (final / MODEL_FILE).is_file():
+    if _is_exported(final):
         logger.info("using exported %s encoder at %s", backend, final)
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
-    logger.info("exporting encoder %s to %s (once; later loads reuse it)", model_id, backend)
-    # Built next to its final place, then renamed: a reader sees a complete export or none.
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
-    try:
-        pipeline = _export(model_id, source, backend, tmp)
+    with _one_exporter(final):
+        if _is_exported(final):
+            logger.info("using exported %s encoder at %s (another process exported it meanwhile)", backend, final)
+            return final
+        logger.info("exporting encoder %s to %s (once; later loads reuse it)", model_id, backend)
+        # Built next to its final place, then renamed: a reader sees a complete export or none.
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
         try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / PIPELINE_FILE).is_file():
-                raise
-            logger.debug("%s appeared while exporting; keeping the existing copy", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            pipeline = _export(model_id, source, backend, tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final / PIPELINE_FILE).is_file():
+                    raise
+                logger.debug("%s appeared while exporting; keeping the existing copy", final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     logger.info("exported %s encoder (%d-d, min cosine vs torch %.5f) in %.1f s, cached at %s",
                 backend, pipeline.dimension, pipeline.min_cosine_vs_torch, pipeline.export_seconds, final)
     return final
+
+
+def _is_exported(folder: Path) -> bool:
+    return (folder / PIPELINE_FILE).is_file() and (folder / MODEL_FILE).is_file()
+
+
+@contextlib.contextmanager
+def _one_exporter(final: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `.<final>.lock` beside the export: a process asking for an export another one is
+    making (gateways of runs that share a cache, started at once) waits for it instead of spending the same seconds of
+    CPU again. The kernel drops the lock if its holder dies; the file stays."""
+    with (final.parent / f".{final.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def resolve_model_dir(model_id: str) -> Path:

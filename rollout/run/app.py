@@ -1,7 +1,8 @@
 """Hydra application: compose the config, make it typed, run it, and say how it ended.
 
 The exit code (0; 1 when no task ended ok; 2 for bad input; 130 for Ctrl-C) and the line saying why come
-from `rollout.run.outcome`; a sweep (`-m`) runs every job whatever the others did.
+from `rollout.run.outcome`; a sweep (`-m`) runs every job whatever the others did, all on one Ray
+(`rollout.run.ray_session`).
 
 The gateway token never reaches disk: Hydra writes the command line to `multirun.yaml` and its
 logs before the run starts, so a literal `gateway.auth_token=` is refused before Hydra sees it.
@@ -10,12 +11,14 @@ The token comes from `$ROLLOUT_GATEWAY_TOKEN` (or an `${oc.env:NAME}` interpolat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from rollout.hydra_argv import hydra_argv
@@ -24,6 +27,7 @@ from rollout.paths import CONF_DIR
 from rollout.run.config import RunConfig
 from rollout.run.driver import run
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
+from rollout.run.ray_session import ray_for_the_sweep
 from rollout.wire import TOKEN_ENV
 
 logger = logging.getLogger("rollout")
@@ -76,16 +80,19 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         return EXIT_BAD_INPUT
     jobs: list[JobEnd] = []
 
-    # An absolute path: under `python -m`, Hydra would resolve a relative one as a Python module.
-    @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
-    def hydra_main(cfg: DictConfig) -> JobEnd:
-        end = run_job(cfg)
-        jobs.append(end)
-        if end.code == EXIT_INTERRUPTED:
-            raise KeyboardInterrupt  # Ctrl-C stops a sweep too, not only its running job
-        return end  # a sweep's next job starts, and its comparison callback sees this one
+    with hydra_argv(args, prog), contextlib.ExitStack() as until_the_end:
 
-    with hydra_argv(args, prog):
+        # An absolute path: under `python -m`, Hydra would resolve a relative one as a Python module.
+        @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
+        def hydra_main(cfg: DictConfig) -> JobEnd:
+            if not jobs and HydraConfig.get().mode == RunMode.MULTIRUN:
+                until_the_end.enter_context(ray_for_the_sweep())  # the jobs share one Ray
+            end = run_job(cfg)
+            jobs.append(end)
+            if end.code == EXIT_INTERRUPTED:
+                raise KeyboardInterrupt  # Ctrl-C stops a sweep too, not only its running job
+            return end  # a sweep's next job starts, and its comparison callback sees this one
+
         try:
             hydra_main()
         except KeyboardInterrupt:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import tempfile
 import time
 import uuid
@@ -16,7 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import ray
 import ray.util
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -28,7 +26,7 @@ from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.events import AnyEvent
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
-from rollout.logs import QUIET, RAY_WORKER_SETUP_HOOK, levels, ray_worker_env, verbosity_flags
+from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
 from rollout.report.scoring import print_summary, summarize
@@ -38,6 +36,7 @@ from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
 from rollout.run.outcome import RunOutcome
+from rollout.run.ray_session import ray_session
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
 from rollout.run.scheduler import Scheduler, start_actors
 from rollout.run.worker import EnvSpec
@@ -146,42 +145,6 @@ def gateway_host(cfg: RunConfig) -> str:
     if cfg.gateway.host:
         return cfg.gateway.host
     return ray.util.get_node_ip_address() if cfg.ray_address else "127.0.0.1"
-
-
-
-def worker_env_vars(cfg: RunConfig) -> dict[str, str]:
-    """Variables workers on other nodes need from the driver's environment: the LLM key `llm.api_key_env` names.
-
-    (The gateway token travels in `EnvSpec`.) Values go to Ray's runtime environment, not to any file of the run."""
-    llm = cfg.agent.get("llm")
-    name = llm.get("api_key_env") if isinstance(llm, dict) else None
-    return {name: os.environ[name]} if name and os.environ.get(name) else {}
-
-
-@contextlib.contextmanager
-def ray_session(cfg: RunConfig) -> Iterator[None]:
-    """Start Ray for the run unless the caller already did (tests share one Ray)."""
-    if ray.is_initialized():
-        yield
-        return
-    # Joining a cluster, workers on other nodes do not inherit this process's environment.
-    env_vars = worker_env_vars(cfg) if cfg.ray_address else {}
-    # `ray.address: null` means a Ray of the run's own: Ray's default would join any cluster a `ray start`
-    # left on this machine (or $RAY_ADDRESS names), with its CPUs and its workers' environment.
-    ray.init(
-        address=cfg.ray_address or "local",
-        num_cpus=cfg.ray_num_cpus,
-        include_dashboard=False,
-        logging_level=levels(cfg.verbose).libraries,  # Ray's start-up lines are library detail
-        log_to_driver=True,
-        # Each worker logs in the run's format at its verbosity; Ray forwards the lines to this console.
-        runtime_env={"env_vars": {**env_vars, **ray_worker_env(cfg.verbose)},
-                     "worker_process_setup_hook": RAY_WORKER_SETUP_HOOK},
-    )
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def env_spec_for(cfg: RunConfig, url: str, run_id: str) -> EnvSpec:

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import RayActorError
 
 from rollout.errors import GatewayError
 from rollout.events import AnyEvent
@@ -154,6 +154,31 @@ def start_actors(cfg: RunConfig, count: int) -> list[Any]:
     return [new_actor(cfg, f"worker-{i}", None) for i in range(count)]
 
 
+class _Drain:
+    """One `drain_events` call to each worker, and the finished tasks whose events it hands on."""
+
+    def __init__(self, calls: list[ray.ObjectRef], covers: list[ray.ObjectRef]) -> None:
+        self._calls = calls
+        self.covers = covers
+
+    def hand_on(self, on_events: Callable[[list[tuple[str, AnyEvent]]], None], timeout_s: float) -> bool:
+        """Pass on what the calls answered so far, waiting up to `timeout_s`; True once every call has answered.
+
+        Each worker has one drain at a time, so its events go on in the order it emitted them. A worker that died
+        answers with an error: its events are lost with it, and its tasks are started again."""
+        if not self._calls:
+            return True
+        ready, self._calls = ray.wait(self._calls, num_returns=len(self._calls), timeout=timeout_s,
+                                      fetch_local=True)
+        events = []
+        for call in ready:
+            with _ignore_ray_errors:
+                events.extend(ray.get(call))
+        if events:
+            on_events(events)
+        return not self._calls
+
+
 class Scheduler:
     """Runs questions on a pool of actors; see the module docstring."""
 
@@ -182,6 +207,9 @@ class Scheduler:
         self._pending: dict[ray.ObjectRef, tuple[_Slot, Any, PlannedTask, int]] = {}
         """In-flight tasks: the slot, the actor it was sent to, the task and its attempt."""
         self._prestarted = list(actors)
+        self._unheard: dict[ray.ObjectRef, None] = {}
+        """Finished tasks, in the order they finished, held back until a drain started after they finished has handed on their events."""
+        self._drain: _Drain | None = None
 
     def _new_actor(self, worker_id: str) -> Any:
         return new_actor(self.cfg, worker_id, self.env_spec)
@@ -207,11 +235,7 @@ class Scheduler:
                 while queue or self._pending:
                     ctrl_c.raise_if_pressed()
                     self._fill(queue)
-                    finished = self._finished()
-                    # Drained first: a finished task's events are all in its worker's buffer, and they come
-                    # before its record.
-                    self._drain_events()
-                    for ref in finished:
+                    for ref in self._finished_and_heard():
                         self._collect(ref, queue)
                     self._watch_gateway()
                 self._drain_events()
@@ -226,9 +250,31 @@ class Scheduler:
                 self._pending[ref] = (slot, slot.actor, task, attempt)
                 slot.running += 1
 
+    def _finished_and_heard(self) -> list[ray.ObjectRef]:
+        """Finished tasks whose events have all gone to `on_events`, in the order they finished.
+
+        A finished task's events are all in its worker's buffer: a drain started after it finished hands them on,
+        so its record waits for that drain. A drain that takes longer than POLL_S (a busy worker, a loaded
+        machine) is waited for again at the next step, never dropped: what it took from the buffer exists
+        nowhere else."""
+        finished = self._finished()
+        if self.on_events is None:
+            return finished
+        self._unheard.update(dict.fromkeys(finished))
+        if self._drain is None:
+            self._drain = _Drain([slot.actor.drain_events.remote() for slot in self._slots], list(self._unheard))
+        if not self._drain.hand_on(self.on_events, POLL_S):
+            return []
+        heard, self._drain = self._drain.covers, None
+        for ref in heard:
+            del self._unheard[ref]
+        return heard
+
     def _finished(self) -> list[ray.ObjectRef]:
         """Results ready now: waits for the first (at most POLL_S), then takes every other one ready."""
-        pending = list(self._pending)
+        pending = [ref for ref in self._pending if ref not in self._unheard]
+        if not pending:
+            return []
         first, rest = ray.wait(pending, num_returns=1, timeout=POLL_S, fetch_local=False)
         if not first or not rest:
             return first
@@ -265,16 +311,9 @@ class Scheduler:
         self.actor_restarts += 1
 
     def _drain_events(self) -> None:
-        if self.on_events is None:
-            return
-        refs = [slot.actor.drain_events.remote() for slot in self._slots]
-        try:
-            batches = ray.get(refs, timeout=POLL_S)
-        except (GetTimeoutError, RayActorError):
-            return
-        events = [e for batch in batches for e in batch]
-        if events:
-            self.on_events(events)
+        """Hand on the events still in the workers' buffers, waiting at most POLL_S."""
+        if self.on_events is not None:
+            _Drain([slot.actor.drain_events.remote() for slot in self._slots], []).hand_on(self.on_events, POLL_S)
 
     def _watch_gateway(self) -> None:
         """Notice a dead gateway and restart it in the background; raise if restarting failed."""

@@ -180,18 +180,21 @@ class RolloutWorker:
         offered: OfferedToolsLog | None = None
         # Only this deadline makes a "timeout": a TimeoutError from inside (the gateway not
         # answering within call_timeout_s, an agent's own wait) is that task's error.
-        deadline = asyncio.timeout(self.task_timeout_s)
+        deadline: asyncio.Timeout | None = None
         try:
             env = await self._get_env()
             session = env.for_task(wire_task_id(q.id, repeat), events, attempt)
             if session.active_toolsets is not None:  # dynamic tool sets: what each turn offered is worth keeping
                 offered = OfferedToolsLog(session)
             seeded = {"seed": seed} if self._takes_seed else {}
+            # The limit runs from here, as the agent starts: waiting for the actor's session (opened by its first
+            # tasks, perhaps while the gateway loads or restarts) is bounded by reconnect_timeout_s, not by it.
+            deadline = asyncio.timeout(self.task_timeout_s)
             async with deadline:
                 outcome = await self.agent.run(q.question, offered or session, events, **seeded)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
         except Exception as e:  # noqa: BLE001 - one task's failure must not end the run
-            if isinstance(e, TimeoutError) and deadline.expired():
+            if isinstance(e, TimeoutError) and deadline is not None and deadline.expired():
                 status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
             elif session is None and isinstance(e, GatewayError):
                 # No MCP session could be opened: the gateway is down, whatever the agent would have done.

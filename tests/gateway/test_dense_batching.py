@@ -30,9 +30,8 @@ def knowledge_base(passages, vectors, encoder, max_query_batch: int) -> Knowledg
 
 
 @pytest.fixture(scope="module")
-def corpus():
+def corpus(encoder: Encoder):
     passages, questions = generate_demo_kb(n_passages=300, n_questions=2 * BATCH, seed=5)
-    encoder = Encoder()
     return passages, [q.question for q in questions], encoder, encoder.encode_passages([p.contents for p in passages])
 
 

@@ -171,8 +171,7 @@ def test_n_queries_are_one_search_call_on_the_index(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def three_retrievers() -> KnowledgeBase:
-    encoder = Encoder()
+def three_retrievers(encoder: Encoder) -> KnowledgeBase:
     dense = DenseRetriever.from_vectors(encoder.encode_passages([p.contents for p in PASSAGES]), encoder=encoder)
     sparse = BM25Retriever.build(PASSAGES)
     return KnowledgeBase(PASSAGES, {"dense": dense, "sparse": sparse, "hybrid": HybridRetriever(dense, sparse)})

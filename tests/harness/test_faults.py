@@ -62,7 +62,7 @@ def test_a_task_over_its_time_limit_keeps_its_partial_trajectory(ray_local, cach
     # Room for a first search well inside the limit on a loaded machine, and turns enough (30 x 0.4 s) to
     # go past it whatever the load.
     cfg = simulated(tmp_path / "run", cache_dir, "agent.llm_latency_s=0.4", "agent.turns=30",
-                    "task_timeout_s=6", "dataset.limit=4")
+                    "task_timeout_s=6", "dataset.limit=4", "workers=1")  # one actor runs the four at once
     outcome = run(cfg)
     tasks = read_jsonl(outcome.output_dir / "trajectory.jsonl")
     assert [t["status"] for t in tasks] == ["timeout"] * 4

@@ -24,7 +24,7 @@ def test_repeats_run_each_question_n_times_with_distinct_seeds_and_resume_by_rep
     gateway = tmp_path / "gw.json"
     gateway.write_text((PROJECT_ROOT / "conf/gateways/rag_sparse_only.json").read_text())
     common = (*SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.01", f"output_dir={out}", f"cache_dir={cache_dir}",
-              f"gateway_config_path={gateway}", "repeats=3", "seed=10")
+              f"gateway_config_path={gateway}", "repeats=3", "seed=10", "workers=1")  # an actor less per run
     first = run(compose_run_config(*common, "dataset.limit=4"))
     first_lines = (out / "trajectory.jsonl").read_text()
     tasks = [json.loads(line) for line in first_lines.splitlines()]

@@ -86,3 +86,23 @@ async def test_a_worker_whose_gateway_is_restarting_waits_for_it(tmp_path) -> No
             await worker.close()
     assert result.status == "ok", result.error
     assert result.tool_calls and all(c.ok for c in result.tool_calls)
+
+
+async def test_the_time_limit_starts_with_the_agent_not_while_the_actor_waits_for_its_session(tmp_path) -> None:
+    """An actor started before its gateway was ready gets its environment later (`use_env`): its first tasks wait for
+    it, and then have their whole time limit."""
+    import asyncio
+
+    kb = KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
+    agent = {"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 0.0}
+    with gateway_on_loopback(GATEWAY, kb, tmp_path) as url:
+        worker = RolloutWorker("w0", None, agent, task_timeout_s=0.5)
+        task = asyncio.create_task(worker.run_task(QUESTION))
+        await asyncio.sleep(1.0)  # the wait for the session, past the task's limit
+        worker.use_env(EnvSpec(url, str(GATEWAY)))
+        try:
+            result = await asyncio.wait_for(task, 30)
+        finally:
+            await worker.close()
+    assert result.status == "ok", result.error
+    assert result.tool_calls and all(c.ok for c in result.tool_calls)

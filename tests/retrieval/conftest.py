@@ -1,4 +1,4 @@
-"""Shared fixtures: one real encoder per session and small corpora built in code."""
+"""Shared fixtures: small corpora built in code (the session's torch encoder is tests.conftest.encoder)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from rollout.records import Passage
-from rollout.retrieval import Encoder
 
 FACTS: list[tuple[str, str]] = [
     ("Maurice Ravel", "Maurice Ravel was born in Ciboure, a Basque town near the Spanish border, in 1875."),
@@ -50,12 +49,6 @@ def _unit_vectors(n: int, dimension: int, seed: int) -> np.ndarray:
     """Random float32 rows of length one, for index tests that need no encoder."""
     vectors = np.random.default_rng(seed).standard_normal((n, dimension)).astype(np.float32)
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
-@pytest.fixture(scope="session")
-def encoder() -> Encoder:
-    """The bundled all-MiniLM-L6-v2; loading takes seconds, so once per session."""
-    return Encoder()
 
 
 @pytest.fixture

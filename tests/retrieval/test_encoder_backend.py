@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,11 +17,11 @@ import pytest
 from rollout.errors import RetrievalError
 from rollout.paths import PROJECT_ROOT
 from rollout.records import Passage
-from rollout.retrieval import Encoder, RetrievalParams, load_or_build_indexes
+from rollout.retrieval import Encoder, RetrievalParams, encoder_export, load_or_build_indexes
 from rollout.retrieval.cache import dense_cache_params
 from rollout.retrieval.encoder import bundled_model_path, load_encoder
 from rollout.retrieval.encoder_export import ensure_exported
-from rollout.retrieval.encoder_onnx import PIPELINE_FILE, OnnxEncoder
+from rollout.retrieval.encoder_onnx import MODEL_FILE, PIPELINE_FILE, OnnxEncoder
 from rollout.retrieval.params import ENCODER_BACKENDS, DenseParams
 
 from .conftest import FACTS
@@ -96,7 +98,8 @@ def test_a_text_encodes_the_same_alone_or_in_a_batch(onnx_encoders):
 
 def test_the_export_is_cached_and_a_second_load_does_not_export(export_cache: Path, caplog):
     before = sorted(p.name for p in export_cache.iterdir())
-    assert [n for n in before if n.startswith("encoder-")] == before and len(before) == 2
+    exports = [n for n in before if not n.startswith(".")]  # beside them, the exports' lock files
+    assert [n for n in exports if n.startswith("encoder-")] == exports and len(exports) == 2
     with caplog.at_level(logging.INFO, logger="rollout.retrieval.encoder_export"):
         folder = ensure_exported(bundled_model_path(), "onnx", export_cache)
     assert sorted(p.name for p in export_cache.iterdir()) == before
@@ -104,6 +107,28 @@ def test_the_export_is_cached_and_a_second_load_does_not_export(export_cache: Pa
     assert any(m.startswith("using exported onnx encoder") for m in messages), messages
     assert not any(m.startswith("exporting") for m in messages), messages
     assert (folder / PIPELINE_FILE).is_file()
+
+
+def test_an_export_under_way_is_waited_for_not_made_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    exports: list[Path] = []
+
+    def export(model_id: str, source: Path, backend: str, folder: Path) -> SimpleNamespace:
+        exports.append(folder)
+        if len(exports) == 1:
+            # While this export runs, another process asks for the same one: it waits for this one to finish. (Were
+            # it not to wait, it would find no export and make its own before this one ends.)
+            second.start()
+            second.join(timeout=1.0)
+        (folder / PIPELINE_FILE).write_text("{}")
+        (folder / MODEL_FILE).write_bytes(b"")
+        return SimpleNamespace(dimension=384, min_cosine_vs_torch=1.0, export_seconds=0.0)
+
+    monkeypatch.setattr(encoder_export, "_export", export)
+    found: list[Path] = []
+    second = threading.Thread(target=lambda: found.append(ensure_exported(bundled_model_path(), "onnx", tmp_path)))
+    first = ensure_exported(bundled_model_path(), "onnx", tmp_path)
+    second.join()
+    assert len(exports) == 1 and found == [first] and (first / MODEL_FILE).is_file()
 
 
 def test_an_unknown_backend_is_an_error_naming_the_choices(tmp_path: Path):

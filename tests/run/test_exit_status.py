@@ -1,4 +1,6 @@
-"""A run that produced nothing says so: it writes its folder, then exits 1 with one line; a sweep goes on past it."""
+"""A run that produced nothing says so: it writes its folder, then exits 1 with one line; a sweep goes on past it.
+
+The sweep scenario is also the command line's sweep: one folder per job, each mode's tools, one Ray for all jobs."""
 
 from __future__ import annotations
 
@@ -84,33 +86,50 @@ def python_m_rollout(*args: str, cwd: Path, env: dict[str, str] | None = None) -
 
 
 @pytest.mark.slow
-def test_a_sweep_runs_past_a_job_that_produced_nothing_compares_both_and_exits_1_naming_it(cache_dir, tmp_path):
-    # Also the sweep over an axis other than the mode: one folder per job, named by its overrides, and the
-    # gateway token (from the environment) on no file the sweep writes.
+def test_a_sweep_gives_one_folder_per_job_runs_past_the_jobs_that_produced_nothing_and_exits_1_naming_them(
+        cache_dir, tmp_path):
+    # One sweep over two axes, run as a user types it from an empty directory: the default results/ folder lands
+    # there, the mode presets' gateway files still resolve against the project, each job gets a folder named by its
+    # overrides, the jobs share one Ray, and the gateway token (from the environment) is on no file the sweep writes.
     token = "tok-3f9c1e7a-never-on-disk"
     with chat_server() as llm:
-        # The endpoint answers the preflight, then fails every request: each task of the openai job is an error.
-        llm.push(answer("OK"), *[error(500, "the model server died") for _ in range(20)])
+        # Each openai job's preflight is answered, then every request of its tasks fails: each of its tasks is an
+        # error. The heuristic jobs ask no LLM.
+        for _ in range(2):
+            llm.push(answer("OK"), *[error(500, "the model server died") for _ in range(2)])
         r = python_m_rollout(
-            "-m", "agent=heuristic,openai", "mode=sparse", "llm.model=test-model", f"llm.base_url={llm.base_url}",
-            "llm.max_retries=0", "dataset.n_passages=300", "dataset.n_questions=30", "dataset.limit=2", "workers=1",
+            "-m", "mode=dense,sparse", "agent=heuristic,openai", "llm.model=test-model", f"llm.base_url={llm.base_url}",
+            "llm.max_retries=0", "dataset.n_passages=400", "dataset.n_questions=40", "dataset.limit=2", "workers=1",
             "progress=false", f"cache_dir={cache_dir}", cwd=tmp_path, env={TOKEN_ENV: token})
     sweep = tmp_path / "results" / "demo"
-    heuristic, openai = sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: "openai" in p.name)
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert r.returncode == 1, r.stderr[-3000:]
-    assert heuristic.name == "sparse,agent=heuristic,dataset.n_passages=300,dataset.n_questions=30"
-    assert openai.name.startswith("sparse,agent=openai,")
+    heuristic = {mode: sweep / f"{mode},agent=heuristic,dataset.n_passages=400,dataset.n_questions=40"
+                 for mode in ("dense", "sparse")}
+    openai = {mode: next(sweep / j for j in jobs if j.startswith(f"{mode},agent=openai,"))
+              for mode in ("dense", "sparse")}
+    assert sorted([*heuristic.values(), *openai.values()]) == sorted(sweep / j for j in jobs)
     assert (sweep / "multirun.yaml").is_file() and files_containing(tmp_path, token) == []
-    # The failed job wrote everything a run writes, and said why, naming its trajectory.
-    for name in ("trajectory.jsonl", "evaluation_summary.json", f"{STATS_DIR}/report.json", "config.yaml"):
-        assert (openai / name).is_file(), name
-    assert json.loads((openai / "evaluation_summary.json").read_text())["statuses"]["error"] == 2
-    trajectory = openai.relative_to(tmp_path) / "trajectory.jsonl"
-    assert f"no task ended ok: 2 error (the task failed: each record's error says why), see {trajectory}\n" in r.stderr
-    # The sweep went on to its other job, compared both, and its last line names the failed one alone.
-    assert json.loads((heuristic / "evaluation_summary.json").read_text())["statuses"]["ok"] == 2
+    assert r.stderr.count("Started Ray") == 1  # the four jobs ran on one Ray
+    # Each heuristic job ran its mode with its mode's tool alone, every task ok.
+    for mode, tool in [("dense", "query_knowledge_base_dense"), ("sparse", "query_knowledge_base_sparse")]:
+        summary = json.loads((heuristic[mode] / "evaluation_summary.json").read_text())
+        assert summary["n"] == 2 and summary["mode"] == mode and summary["statuses"]["ok"] == 2
+        report = json.loads((heuristic[mode] / STATS_DIR / "report.json").read_text())
+        assert [t["tool_name"] for t in report["tools"]] == [tool]
+    assert "Results:" in r.stdout
+    # Each failed job wrote everything a run writes, and said why, naming its trajectory.
+    for folder in openai.values():
+        for name in ("trajectory.jsonl", "evaluation_summary.json", f"{STATS_DIR}/report.json", "config.yaml"):
+            assert (folder / name).is_file(), name
+        assert json.loads((folder / "evaluation_summary.json").read_text())["statuses"]["error"] == 2
+        trajectory = folder.relative_to(tmp_path) / "trajectory.jsonl"
+        assert f"no task ended ok: 2 error (the task failed: each record's error says why), see {trajectory}\n" \
+            in r.stderr
+    # The sweep went on past them, compared all four jobs, and its last line names the failed ones alone.
     md = (sweep / COMPARISON_MD).read_text()  # the jobs labelled by the overrides that differ between them
-    assert "Baseline: **sparse,agent=heuristic**" in md and "sparse,agent=openai,llm.model=test-model" in md
+    assert "Baseline: **dense,agent=heuristic**" in md and "sparse,agent=openai,llm.model=test-model" in md
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("1 of 2 jobs of the sweep failed") and last.endswith(f"{openai.relative_to(tmp_path)} "
-                                                                                 "(no task ended ok)")
+    assert last.startswith("2 of 4 jobs of the sweep failed") and last.endswith(
+        f"{openai['dense'].relative_to(tmp_path)} (no task ended ok); {openai['sparse'].relative_to(tmp_path)} "
+        "(no task ended ok)")

@@ -21,23 +21,19 @@ from rollout.paths import PROJECT_ROOT
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run_folder import ledger_paths, report_path, trajectory_path
-from tests.conftest import start_local_ray
 from tests.demo_runs import SMALL_KB
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    # The session's local Ray (tests.conftest.ray_local) makes way for the cluster, and comes back after it.
-    had_local_ray = ray.is_initialized()
-    if had_local_ray:
+    # A local Ray of an earlier module makes way for the cluster (tests.conftest starts one again where needed).
+    if ray.is_initialized():
         ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     yield cluster
     cluster.shutdown()
-    if had_local_ray:
-        start_local_ray()
 
 
 def retrieved(run_dir):
@@ -48,7 +44,7 @@ def retrieved(run_dir):
 def test_two_replicas_on_two_nodes_match_one_gateway(two_nodes, tmp_path, cache_dir, monkeypatch):
     monkeypatch.setenv("ROLLOUT_GATEWAY_TOKEN", "cluster-secret")  # the gateway binds the node address
     # The shared demo runs' knowledge base: its indexes are in the session's cache.
-    common = ["mode=hybrid", *SMALL_KB[:2], f"ray.address={two_nodes.address}", f"cache_dir={cache_dir}",
+    common = ["mode=hybrid", *SMALL_KB, f"ray.address={two_nodes.address}", f"cache_dir={cache_dir}",
               "progress=false"]
     one = run(compose_run_config(*common, f"output_dir={tmp_path / 'one'}"))
     two = run(compose_run_config(*common, f"output_dir={tmp_path / 'two'}", "gateway.replicas=2"))
