@@ -149,9 +149,6 @@ class TrajectoryIndex:
             self._keys = dict(zip(zip(self.columns["id"], self.columns["repeat"], strict=True), range(len(self))))
         return self._keys
 
-    def row(self, i: int) -> dict[str, Any]:
-        return {c: values[i] for c, values in self.columns.items()}
-
     def read_record(self, i: int) -> dict[str, Any]:
         """Row `i`'s whole trajectory line, read at its offset."""
         with self.file.open("rb") as f:
@@ -159,9 +156,10 @@ class TrajectoryIndex:
             raw = f.read(self.columns["length"][i])
         return json.loads(raw)
 
-    def read_task(self, i: int) -> TaskResult:
+    def read_task(self, i: int, record: dict[str, Any] | None = None) -> TaskResult:
+        """Row `i`'s task, from its `record` when the caller has read it already."""
         try:
-            return TaskResult.from_json(self.read_record(i))
+            return TaskResult.from_json(self.read_record(i) if record is None else record)
         except (TypeError, ValueError) as e:
             raise ViewError(f"{self.file}: task {self.columns['id'][i]!r} is not a readable record ({e})") from None
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from rollout.report.calls import run_labels
 from rollout.report.compare import Comparison, compare_runs, distinct_labels
 from rollout.report.scoring import STATUSES, t_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
@@ -58,13 +57,9 @@ class Run:
 
 def open_runs(folders: Sequence[Path]) -> list[Run]:
     """The runs to serve, indexed (from the cache beside each when it is current)."""
-    labels = distinct_labels(list(folders)) if len(folders) > 1 else [_single_label(folders[0])]
+    labels = distinct_labels(list(folders))
     return [Run(number=n, label=label, folder=folder, index=TrajectoryIndex.load(trajectory_path(folder)))
             for n, (folder, label) in enumerate(zip(folders, labels, strict=True))]
-
-
-def _single_label(folder: Path) -> str:
-    return run_labels([folder])[0] if folder.name else str(folder)
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,10 +78,10 @@ class TableQuery:
         """No filters, the same order."""
         return TableQuery(sort=self.sort, desc=self.desc)
 
-    def url(self, **changes: Any) -> str:
-        """`?...` for a link to this query with `changes` ("" for the default view)."""
-        params = self.params(**changes)
-        return "?" + urlencode(params) if params else "?"
+    def url(self) -> str:
+        """`?...` for a link to this query ("" for the default view, so its link is the page's own)."""
+        params = self.params()
+        return "?" + urlencode(params) if params else ""
 
     @property
     def filtered(self) -> bool:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from rollout.view.pages import CELLS, Run
 from rollout.view.query import TableQuery
-from rollout.view.web import Viewer, _asset
+from rollout.view.web import Viewer
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +30,13 @@ class StaticLinks:
         return "#/"
 
     def run(self, n: int, query: TableQuery | None = None) -> str:
-        params = query.params() if query else {}
-        return f"#/run/{n}" + ("?" + urlencode(params) if params else "")
+        return f"#/run/{n}" + (query.url() if query else "")
 
     def run_action(self, n: int) -> str:
         return f"#/run/{n}"
 
     def task(self, n: int, row: int, query: TableQuery | None) -> str:
-        params = (query or TableQuery()).params(page=1)
-        return f"#/run/{n}/task/{row}" + ("?" + urlencode(params) if params else "")
+        return f"#/run/{n}/task/{row}" + (query.but(page=1).url() if query else "")
 
     def anchor(self, n: int, row: int, anchor: str) -> str:
         return f"#r{n}-t{row}-{anchor}"
@@ -76,15 +74,15 @@ def write_static(runs: list[Run], root: Path, out: Path) -> Path:
         sections.append(viewer.compare_section(0, b, page_id=f"c0-{b}", route=f"/compare/0/{b}"))
         paired: set[tuple[str, int]] = set()
         for cell in CELLS:
+            questions = viewer.cell_questions(0, b, cell)
             sections.append(viewer.cell_section(0, b, cell, page_id=f"c0-{b}-{cell}", route=f"/compare/0/{b}/{cell}",
-                                                all_rows=True))
-            paired.update((q.id, q.repeat) for q in viewer.cell_questions(0, b, cell))
+                                                all_rows=True, questions=questions))
+            paired.update((q.id, q.repeat) for q in questions)
         for k, (qid, repeat) in enumerate(sorted(paired)):
             sections.append(viewer.pair_section(0, b, qid, repeat, page_id=f"p0-{b}-{k}",
                                                 route=f"/pair/0/{b}/{quote(qid, safe='')}/{repeat}"))
     title = runs[0].label if len(runs) == 1 else f"{len(runs)} runs"
-    html = viewer.render("page.html.j2", title=title, body="\n".join(sections), css=_asset("viewer.css"),
-                         js=_asset("viewer.js"))
+    html = viewer.page(title, "\n".join(sections))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     logger.info("wrote %s (%d pages, %.1f MB)", out, len(sections), out.stat().st_size / 1e6)

@@ -116,8 +116,8 @@ def _call_text(name: str, arguments: Any) -> str:
 
 
 def task_view(index: TrajectoryIndex, i: int) -> TaskView:
-    record = index.read_record(i)
-    task = index.read_task(i)
+    record = index.read_record(i)  # read and parsed once: the page shows both the task and its line
+    task = index.read_task(i, record)
     gold = _gold(task)
     records = {c.call_id: c for c in task.tool_calls}
     results = {e.call_id: e for e in task.events if isinstance(e, ToolResultEvent)}

@@ -67,7 +67,7 @@ class ServedLinks:
         return "/"
 
     def run(self, n: int, query: TableQuery | None = None) -> str:
-        return f"/run/{n}" + (query.url() if query and query.params() else "")
+        return f"/run/{n}" + (query.url() if query else "")
 
     def run_action(self, n: int) -> str:
         return f"/run/{n}"
@@ -188,8 +188,10 @@ class Viewer:
         return out
 
     def cell_section(self, a: int, b: int, cell: str, page: int = 1, *, page_id: str = "cell", route: str = "",
-                     all_rows: bool = False) -> str:
-        questions = self.cell_questions(a, b, cell)
+                     all_rows: bool = False, questions: list[Question] | None = None) -> str:
+        """A compare cell's questions (`questions` when the caller has them: `cell_questions`), a page of them or
+        `all_rows`."""
+        questions = self.cell_questions(a, b, cell) if questions is None else questions
         pages = 1 if all_rows else max(1, -(-len(questions) // PAGE_SIZE))
         page = min(max(1, page), pages)
         shown = questions if all_rows else questions[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
@@ -210,10 +212,6 @@ class Viewer:
 
 
 # --- the server -----------------------------------------------------------------------------------
-
-
-def _params(request: Request) -> Mapping[str, str]:
-    return dict(request.query_params)
 
 
 def _int(params: Mapping[str, str], key: str, default: int) -> int:
@@ -237,12 +235,12 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> ASGIApp:
     async def run_page(request: Request) -> Response:
         run = viewer.run(request.path_params["n"])
         run.refresh()
-        return html(run.label, viewer.run_section(run, TableQuery.from_params(_params(request))),
+        return html(run.label, viewer.run_section(run, TableQuery.from_params(request.query_params)),
                     current_run=run.number)
 
     async def task_page(request: Request) -> Response:
         run = viewer.run(request.path_params["n"])
-        params = _params(request)
+        params = request.query_params
         row = _task_row(run, params)
         query = TableQuery.from_params(params)
         around = neighbours(query.matches(run.index), row)
@@ -251,7 +249,7 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> ASGIApp:
 
     async def poll(request: Request) -> Response:
         run = viewer.run(request.path_params["n"])
-        params = _params(request)
+        params = request.query_params
         offset = _int(params, "offset", 0)
         restarted = offset > run.index.size
         run.refresh()
@@ -265,7 +263,7 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> ASGIApp:
                              "restarted": restarted, "new": len(new), "rows": viewer.rows_html(run, new, query)})
 
     async def compare_page(request: Request) -> Response:
-        params = _params(request)
+        params = request.query_params
         a, b = _int(params, "a", 0), _int(params, "b", 1 if len(viewer.runs) > 1 else 0)
         if len(viewer.runs) < 2:
             raise ViewError("compare needs two runs: rollout view RUN_A RUN_B --serve, or a sweep's folder")
@@ -274,7 +272,7 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> ASGIApp:
         return html("compare", viewer.compare_section(a, b))
 
     async def pair_page(request: Request) -> Response:
-        params = _params(request)
+        params = request.query_params
         if "id" not in params:
             raise ViewError("which task? /compare/task?a=0&b=1&id=<task id>")
         return html(f"task {params['id']}", viewer.pair_section(_int(params, "a", 0), _int(params, "b", 1),
