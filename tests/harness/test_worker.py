@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rollout.events import ErrorEvent
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway_file import GATEWAYS_DIR
-from rollout.records import Passage, Question
+from rollout.records import Passage, Question, TaskResult
 from rollout.retrieval import BM25Retriever
 from rollout.run.worker import EnvSpec, RolloutWorker
 from tests.conftest import gateway_on_loopback
@@ -60,9 +62,16 @@ async def test_a_gateway_that_cannot_be_reached_makes_an_infra_error_not_an_erro
     assert result.error is not None and "could not open an MCP session" in result.error
 
 
+async def _finished(worker: RolloutWorker, task: asyncio.Task) -> TaskResult:
+    """The task's result once it finishes (30 s at most), the worker closed either way."""
+    try:
+        return await asyncio.wait_for(task, 30)
+    finally:
+        await worker.close()
+
+
 async def test_a_worker_whose_gateway_is_restarting_waits_for_it(tmp_path) -> None:
     """An actor's first task may come while the run restarts a dead gateway: it waits, as calls do."""
-    import asyncio
     import socket
 
     from rollout.gateway.server import build_gateway, make_uvicorn
@@ -80,10 +89,7 @@ async def test_a_worker_whose_gateway_is_restarting_waits_for_it(tmp_path) -> No
     assert not task.done()
     sock.listen(16)
     with serving(make_uvicorn(build_gateway(load_gateway_file(GATEWAY), kb)), sock):
-        try:
-            result = await asyncio.wait_for(task, 30)
-        finally:
-            await worker.close()
+        result = await _finished(worker, task)
     assert result.status == "ok", result.error
     assert result.tool_calls and all(c.ok for c in result.tool_calls)
 
@@ -91,8 +97,6 @@ async def test_a_worker_whose_gateway_is_restarting_waits_for_it(tmp_path) -> No
 async def test_the_time_limit_starts_with_the_agent_not_while_the_actor_waits_for_its_session(tmp_path) -> None:
     """An actor started before its gateway was ready gets its environment later (`use_env`): its first tasks wait for
     it, and then have their whole time limit."""
-    import asyncio
-
     kb = KnowledgeBase(PASSAGES, {"sparse": BM25Retriever.build(PASSAGES)})
     agent = {"_target_": "rollout.agents.simulated.SimulatedAgent", "llm_latency_s": 0.0}
     with gateway_on_loopback(GATEWAY, kb, tmp_path) as url:
@@ -100,9 +104,6 @@ async def test_the_time_limit_starts_with_the_agent_not_while_the_actor_waits_fo
         task = asyncio.create_task(worker.run_task(QUESTION))
         await asyncio.sleep(1.0)  # the wait for the session, past the task's limit
         worker.use_env(EnvSpec(url, str(GATEWAY)))
-        try:
-            result = await asyncio.wait_for(task, 30)
-        finally:
-            await worker.close()
+        result = await _finished(worker, task)
     assert result.status == "ok", result.error
     assert result.tool_calls and all(c.ok for c in result.tool_calls)
