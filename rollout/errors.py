@@ -21,6 +21,22 @@ class LLMError(RolloutError):
     """A language-model endpoint could not be reached or refused the request."""
 
 
+class ContextWindowExceeded(LLMError):
+    """The conversation no longer fits the model's context window: the server refused it, or `llm.context_window`
+    showed it could not fit before it was sent. The task ends as the agent's outcome (`out_of_context`), not as an
+    error; the message is the server's own (or the check's)."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+        """False when the request was never sent (`llm.context_window`)."""
+
+
+class ServerSetupError(LLMError):
+    """The LLM server is set up so that no task can mean anything (it writes tool calls as text: no tool parser).
+    A task that meets it stops the whole run (exit 2) instead of failing on its own."""
+
+
 class RunInterrupted(RolloutError):
     """The user stopped the run (Ctrl-C); what finished is saved and the run can be resumed."""
 

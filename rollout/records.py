@@ -219,6 +219,14 @@ class TaskResult:
     """With dynamic tool sets (the gateway file's `dynamic_toolsets`): the names of every tool the agent was offered
     at some turn, in the order first offered; the run's tools.json holds their specs. None when every turn offered
     the run's tools (or on lines written before it was kept)."""
+    out_of_context: bool = False
+    """The conversation outgrew the model's context window before the agent answered: the server refused the next
+    request as too long, or `llm.context_window` showed it could not fit. Status ok, prediction "" (or what the agent
+    had answered), scored as it stands and counted apart, as `out_of_turns` is: the agent's limit is its outcome.
+    `stop_message` keeps the server's words. False on lines written before it was kept."""
+    stop_message: str | None = None
+    """Why the agent stopped short of an answer, in the words of whoever stopped it (the server's context-window
+    refusal as it sent it); None when it answered."""
 
     @property
     def key(self) -> TaskKey:
@@ -229,17 +237,17 @@ class TaskResult:
         cls, question: Question, *, prediction: str, turns: int, messages: Sequence[dict[str, Any]],
         usage: Mapping[str, float], calls: Sequence[ToolCallRecord], events: Sequence[AnyEvent], worker_id: str,
         latency_s: float, attempts: int = 1, repeat: int = 0, seed: int | None = None, out_of_turns: bool = False,
-        offered_tools: Sequence[str] | None = None,
+        out_of_context: bool = False, stop_message: str | None = None, offered_tools: Sequence[str] | None = None,
     ) -> TaskResult:
-        """The record of a task the agent answered with its tools working (status ok); `out_of_turns`: its answer
-        is "" because it ran out of turns."""
+        """The record of a task the agent ended with its tools working (status ok); `out_of_turns` and
+        `out_of_context`: its answer is "" because it ran out of turns or of context (`stop_message` says how)."""
         return cls(
             id=question.id, question=question.question, golden_answers=list(question.golden_answers),
             prediction=prediction, tool_calls=list(calls), turns=turns, error=None, worker_id=worker_id,
             latency_s=latency_s, metadata=dict(question.metadata), messages=list(messages), status="ok",
             usage=dict(usage), events=list(events), attempts=attempts, repeat=repeat, seed=seed,
             accounting=task_accounting(calls, events, usage, latency_s), truncated=answer_cut(events),
-            out_of_turns=out_of_turns,
+            out_of_turns=out_of_turns, out_of_context=out_of_context, stop_message=stop_message,
             offered_tools=None if offered_tools is None else list(offered_tools),
         )
 

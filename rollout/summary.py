@@ -217,6 +217,9 @@ class RunSummary:
     they are all among `scored`: of the scored answers, this many are the model's answer cut, not just wrong."""
     out_of_turns: int
     """Records whose agent used all its turns without answering (`TaskResult.out_of_turns`), all among `scored`."""
+    out_of_context: int
+    """Records whose conversation outgrew the model's context window (`TaskResult.out_of_context`), all among
+    `scored`: the agent's limit is its outcome, scored as the answer it had (usually none)."""
     repeats: int
     """Highest repeat + 1 (0 without records)."""
     deterministic_agent: bool | None
@@ -238,6 +241,11 @@ class RunSummary:
     degraded_tools: dict[str, str] = field(default_factory=dict)
     """Name → reason of the tools the agent was offered in a degraded form (`rollout.wire.META_DEGRADED`: an
     upstream tool served without its parameters' schema); empty when none was, or in files written before."""
+    tools_offered: int | None = None
+    """How many tools the run offered the agent (None when not known: files written before it was kept)."""
+    warnings: list[str] = field(default_factory=list)
+    """What makes the numbers mean less than they seem, one sentence each with its fix: tasks out of context, tools
+    offered and never called."""
 
     @property
     def errors(self) -> int:
@@ -266,12 +274,15 @@ class RunSummary:
             "timeouts": self.timeouts,
             "truncated": self.truncated,
             "out_of_turns": self.out_of_turns,
+            "out_of_context": self.out_of_context,
             "repeats": self.repeats,
             "deterministic_agent": self.deterministic_agent,
             "tool_calls": {name: {"calls": t.calls, "failed": t.failed} for name, t in self.tool_calls.items()},
             "tool_calls_per_task": self.tool_calls_per_task,
             "wall_time_s": self.wall_time_s,
             "degraded_tools": dict(self.degraded_tools),
+            "tools_offered": self.tools_offered,
+            "warnings": list(self.warnings),
         }
         if self.repeat_stats is not None:
             data |= self.repeat_stats.to_json()
@@ -293,7 +304,8 @@ class RunSummary:
         `repeats` or `deterministic_agent`: every record was scored then, and its `errors` and
         `timeouts` counts are the only statuses it knows (the rest were ok). Files written before
         accounting have no `accounting`, before finish reasons were kept no `truncated` (read as 0), before
-        degraded tools were listed no `degraded_tools`, nor, before tagged agents, `out_of_turns`."""
+        degraded tools were listed no `degraded_tools`, nor, before tagged agents, `out_of_turns`; before context windows
+        were outcomes no `out_of_context`, `tools_offered` or `warnings`."""
         n = int(data["n"])
         errors, timeouts = int(data.get("errors", 0)), int(data.get("timeouts", 0))
         statuses = data.get("statuses") or {"ok": n - errors - timeouts, "error": errors, "timeout": timeouts}
@@ -310,6 +322,7 @@ class RunSummary:
             statuses={str(k): int(v) for k, v in statuses.items()},
             truncated=int(data.get("truncated", 0)),
             out_of_turns=int(data.get("out_of_turns", 0)),
+            out_of_context=int(data.get("out_of_context", 0)),
             repeats=int(data.get("repeats", 1 if n else 0)),
             deterministic_agent=data.get("deterministic_agent"),
             tool_calls={name: ToolUse(int(t["calls"]), int(t["failed"])) for name, t in data["tool_calls"].items()},
@@ -326,4 +339,6 @@ class RunSummary:
             by_style=_groups_from_json(data.get("by_style")),
             accounting=None if accounting is None else RunAccounting.from_json(accounting),
             degraded_tools={str(k): str(v) for k, v in (data.get("degraded_tools") or {}).items()},
+            tools_offered=data.get("tools_offered"),
+            warnings=[str(w) for w in data.get("warnings") or []],
         )

@@ -45,6 +45,12 @@ class AgentResult:
     prices are configured); empty for policies without a language model."""
     out_of_turns: bool = False
     """The policy used all its turns without giving an answer (`prediction` is then "")."""
+    out_of_context: bool = False
+    """The conversation outgrew the model's context window before an answer (`prediction` is then "", or what the
+    agent had answered)."""
+    stop_message: str | None = None
+    """What stopped the policy short of an answer, in the words of whoever stopped it: the server's context-window
+    refusal as it sent it, or `llm.context_window`'s check."""
 
 
 class Agent(Protocol):

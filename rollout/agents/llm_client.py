@@ -30,7 +30,8 @@ try:
 except ImportError:  # only agent=openai needs it; ChatClient names the install line instead of failing at import
     openai = None  # type: ignore[assignment]
 
-from rollout.errors import ConfigError, LLMError
+from rollout.agents.context_window import ContextBudget, is_context_overflow
+from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class LLMSettings:
     """USD per million prompt tokens."""
     price_completion: float | None = None
     """USD per million completion tokens."""
+    context_window: int | None = None
+    """The model's context length in tokens: a request whose prompt plus `max_tokens` would pass it is not sent
+    (`rollout.agents.context_window`); None leaves the check to the server."""
 
     @classmethod
     def from_config(cls, llm: Mapping[str, Any] | DictConfig | None, agent: str = "openai") -> LLMSettings:
@@ -98,6 +102,7 @@ class LLMSettings:
                 sampling={str(k): v for k, v in sampling.items() if v is not None},
                 price_prompt=_price(prices.get("prompt")),
                 price_completion=_price(prices.get("completion")),
+                context_window=c.get("context_window"),
             )
         except (TypeError, ValueError) as e:
             raise ConfigError(f"llm: {e} (timeout_s, max_retries and prices are numbers)") from e
@@ -198,6 +203,8 @@ class _Failure:
     retryable: bool
     description: str
     retry_after_s: float | None = None
+    error: type[LLMError] = LLMError
+    """What a failure that is not retried raises."""
 
 
 class ChatClient:
@@ -208,11 +215,14 @@ class ChatClient:
     a preflight `asyncio.run` in the driver.
     """
 
-    def __init__(self, settings: LLMSettings, retry: RetryPolicy, rng: random.Random | None = None) -> None:
+    def __init__(self, settings: LLMSettings, retry: RetryPolicy, rng: random.Random | None = None,
+                 tokenizer: str | None = None) -> None:
         if openai is None:
             raise ConfigError("an LLM agent (agent=openai, agent=tagged) needs the openai package: pip install openai")
         self.settings = settings
         self.retry = retry
+        self.budget = None if settings.context_window is None else ContextBudget(settings.context_window, tokenizer)
+        """Checks each request against `llm.context_window` before it is sent (`agent.tokenizer` counts)."""
         self._rng = rng or random.Random()
         self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -251,6 +261,8 @@ class ChatClient:
         uses a short one).
         """
         timeout = timeout_s or self.settings.timeout_s
+        if self.budget is not None:
+            self.budget.check(messages, tools, {**self.settings.sampling, **(sampling or {})})
         kwargs = self._request({"messages": messages}, sampling, extra_body, timeout, _SDK_PARAMS)
         self._add_tools(kwargs, tools, tool_choice, parallel_tool_calls)
         return await self._retrying(lambda: self._openai().chat.completions.create(**kwargs), self._parse,
@@ -267,6 +279,8 @@ class ChatClient:
         """One text completion of `prompt` (`POST /completions`), retried as `complete` is; the text is the
         `Completion`'s `content`."""
         timeout = timeout_s or self.settings.timeout_s
+        if self.budget is not None:
+            self.budget.check(prompt, None, {**self.settings.sampling, **(sampling or {})})
         kwargs = self._request({"prompt": prompt}, sampling, None, timeout, _TEXT_SDK_PARAMS)
         return await self._retrying(lambda: self._openai().completions.create(**kwargs), self._parse_text,
                                     "/completions", max_retries, timeout)
@@ -305,7 +319,7 @@ class ChatClient:
             except (openai.APIError, TimeoutError) as e:
                 failure = self._classify(e, timeout, endpoint)
                 if not failure.retryable:
-                    raise LLMError(failure.description) from e
+                    raise failure.error(failure.description) from e
                 if attempt > retries:
                     budget = f"; llm.max_retries={retries}" if max_retries is None else ""
                     raise LLMError(f"{failure.description} (gave up after {attempt} attempts{budget})") from e
@@ -347,6 +361,8 @@ class ChatClient:
                                   "server there or set llm.base_url=URL (e.g. http://127.0.0.1:8000/v1)")
         if isinstance(e, openai.APIStatusError):
             status, detail = e.status_code, _detail(e)
+            if is_context_overflow(status, e.body):  # the agent's limit, not the endpoint's fault: its own message
+                return _Failure(False, _detail(e, limit=None), error=ContextWindowExceeded)
             if status in _RETRYABLE_STATUS or status >= 500:
                 return _Failure(True, f"HTTP {status} from {where}: {detail}", _retry_after(e.response.headers))
             return _Failure(False, self._refusal(status, detail, endpoint))
@@ -446,15 +462,16 @@ def _stop(choice: Any) -> dict[str, Any]:
     return {"stop": None, "names_stop": False}
 
 
-def _detail(e: openai.APIStatusError) -> str:
-    """The server's error message, shortened."""
+def _detail(e: openai.APIStatusError, limit: int | None = 300) -> str:
+    """The server's error message, shortened to `limit` characters (None: whole)."""
     body = e.body
+    text = None
     if isinstance(body, Mapping):
         inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, Mapping) else inner
-        if message:
-            return str(message)[:300]
-    return (str(body) if body else e.message)[:300]
+        text = inner.get("message") if isinstance(inner, Mapping) else inner
+    if not text:
+        text = body if body else e.message
+    return str(text)[:limit]
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

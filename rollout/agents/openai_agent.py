@@ -9,25 +9,35 @@ the task with a message that calls no tool. HTTP, timeouts and retries live in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig
 
-from rollout.agents.base import AgentResult, TaskTools, call_tool
-from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, ToolCallRequest
-from rollout.errors import ConfigError
+from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
+from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest
+from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message
+from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
 from rollout.events import CUT_AT_LIMIT, EventLog, LLMOutputEvent, LLMThinkingEvent
+from rollout.run_folder import spec_name
 
 logger = logging.getLogger(__name__)
 
 FINAL_TURN_PROMPT = "You have used all your tool calls. Answer the question now with a short final answer."
 """Added as a user message before the last request when earlier turns were spent on tools."""
 
-_ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+answer|answer)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*(.*)$",
+TEXT_TOOL_CALLS = ("refuse", "parse")
+"""`agent.text_tool_calls`: what a tool call the server returned as text means. `refuse`: the server has no tool
+parser, and the run stops naming the flag to set; `parse`: the agent parses it here and runs it."""
+PROBE_MAX_TOKENS = 256
+"""The tool-parser preflight's completion budget: room for one call, and for a short thought before it."""
+
+_ANSWER_LINE = re.compile(r"^\s*(?:\*\*)?(?:final\s+answer|exact\s+answer|answer)\s*(?:\*\*)?\s*:\s*(?:\*\*)?\s*(.*)$",
                           re.IGNORECASE | re.MULTILINE)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
@@ -81,13 +91,21 @@ class OpenAIAgent:
     """Tool-calling loop against an OpenAI-compatible endpoint (`agent=openai`).
 
     Per task: messages = [system prompt of the mode, question]; each turn one request with the tools
-    offered now; the requested calls run in order and their results go back as tool messages; a
+    offered now and `tool_choice="auto"` said outright (llama.cpp's server, for one, leaves tools out of the prompt
+    without it); the requested calls run in order and their results go back as tool messages; a
     message without tool calls is the answer. The last of `max_turns` requests is made with
-    `tool_choice="none"` so the model must answer. `AgentResult.turns` counts requests and
+    `tool_choice="none"` so the model must answer; a reply to it that is only a tool call (native, or written as
+    text) is no answer: the task ends `out_of_turns` with prediction "". `AgentResult.turns` counts requests and
     `AgentResult.usage` sums their tokens (and `cost_usd` when `llm.prices` are both set). Each reply's
     `finish_reason` goes into its `LLMOutputEvent`: an answer cut at the token limit (`length`) is still the
     answer, and the task's record flags it (`TaskResult.truncated`); tool arguments cut mid-JSON go back to
     the model as an error naming the cut.
+
+    The agent's limits are its outcome: a conversation the server refuses as longer than the model's context (or that
+    `llm.context_window` shows cannot fit) ends the task with prediction "" and `AgentResult.out_of_context`, the
+    server's message kept. A tool call the server returns as text on a turn that offered tools means it has no tool
+    parser: with `text_tool_calls="refuse"` that stops the run (`ServerSetupError`, naming the server flag), with
+    `"parse"` the call is parsed here (`rollout.agents.text_tool_calls`) and run.
 
     Failures: 429, 5xx, connection errors and timeouts are retried with capped exponential backoff and
     jitter (`llm.max_retries`, `backoff_*`); a deterministic refusal or running out of retries raises
@@ -95,7 +113,9 @@ class OpenAIAgent:
 
     `check()` is a preflight for the driver to await once before workers start: one tiny request
     (max_tokens=1) with a short retry budget, so a wrong URL, key or model fails the run in seconds
-    with a message naming `llm.base_url` and the fix, instead of failing every task.
+    with a message naming `llm.base_url` and the fix, instead of failing every task. `check_tools()`, once the
+    gateway's tools are known, makes one request offering one of them: a server that answers with the call
+    written as text has no tool parser, and the run stops before its first task.
     """
 
     def __init__(
@@ -103,6 +123,8 @@ class OpenAIAgent:
         llm: Mapping[str, Any] | DictConfig,
         max_turns: int = 8,
         parallel_tool_calls: bool | None = None,
+        text_tool_calls: str = "refuse",
+        tokenizer: str | None = None,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
         retry_after_max_s: float = 60.0,
@@ -111,15 +133,49 @@ class OpenAIAgent:
             raise ConfigError(f"agent.max_turns={max_turns!r} must be a whole number of at least 1 (the answering turn)")
         if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
             raise ConfigError(f"agent.parallel_tool_calls={parallel_tool_calls!r} must be true, false or null")
+        if text_tool_calls not in TEXT_TOOL_CALLS:
+            raise ConfigError(f"agent.text_tool_calls={text_tool_calls!r} must be one of {', '.join(TEXT_TOOL_CALLS)}")
         self.settings = LLMSettings.from_config(llm)
         self.max_turns = max_turns
         self.parallel_tool_calls = parallel_tool_calls
+        self.text_tool_calls = text_tool_calls
         self.retry = RetryPolicy.from_config(self.settings.max_retries, backoff_base_s, backoff_max_s, retry_after_max_s)
-        self.client = ChatClient(self.settings, self.retry)
+        self.client = ChatClient(self.settings, self.retry, tokenizer=tokenizer)
 
     async def check(self, max_retries: int = 2, timeout_s: float = 30.0) -> None:
         """Fail fast when the endpoint is unreachable or refuses: `LLMError` naming llm.base_url and the fix."""
         await self.client.preflight("openai", max_retries=max_retries, timeout_s=timeout_s)
+
+    def check_tools(self, tool_specs: list[dict[str, Any]]) -> None:
+        """One request offering one of the run's tools, before any task: a reply that writes the call as text means
+        the server has no tool parser (`ServerSetupError` naming the flag, unless `text_tool_calls="parse"`). A reply
+        that calls the tool natively, or does not call it, lets the run go on."""
+        if tool_specs:
+            asyncio.run(self._probe_tool_parser(tool_specs))
+
+    async def _probe_tool_parser(self, tool_specs: list[dict[str, Any]]) -> None:
+        searches = query_functions(tool_specs)
+        spec = {"type": "function", "function": searches[0]} if searches else tool_specs[0]
+        name = spec_name(spec)
+        limit = "max_completion_tokens" if "max_completion_tokens" in self.settings.sampling else "max_tokens"
+        budget = min(int(self.settings.sampling.get(limit) or PROBE_MAX_TOKENS), PROBE_MAX_TOKENS)
+        ask = f"Call the {name} tool once" + (" to search for: capital of France." if searches else ".")
+        try:
+            reply = await self.client.complete([{"role": "user", "content": ask}], tools=[spec], tool_choice="auto",
+                                               sampling={limit: budget}, max_retries=min(2, self.settings.max_retries),
+                                               timeout_s=min(30.0, self.settings.timeout_s))
+        except ContextWindowExceeded as e:
+            logger.warning("tool-parser preflight: one tool and one line already overflow the model's context (%s)", e)
+            return
+        except LLMError as e:
+            raise LLMError(f"agent=openai preflight with a tool (llm.model={self.settings.model}) failed: {e}") from e
+        finally:
+            await self.client.aclose()
+        found = None if reply.tool_calls else find_text_tool_calls(split_thinking(reply.content)[0], {name})
+        if found is not None and self.text_tool_calls == "refuse":
+            raise ServerSetupError(no_parser_message(found, reply.content or ""))
+        logger.debug("tool-parser preflight: %s", "native tool call" if reply.tool_calls else
+                     "tool call as text, parsed here" if found else "no tool call (inconclusive)")
 
     deterministic = False
 
@@ -133,15 +189,21 @@ class OpenAIAgent:
             if final and turn > 1:
                 messages.append({"role": "user", "content": FINAL_TURN_PROMPT})
             specs = list(tools.tool_specs)
-            reply = await self.client.complete(
-                messages, tools=specs or None, tool_choice="none" if final else None,
-                parallel_tool_calls=self.parallel_tool_calls, sampling=None if seed is None else {"seed": seed},
-            )
+            try:
+                reply = await self.client.complete(
+                    messages, tools=specs or None, tool_choice=("none" if final else "auto") if specs else None,
+                    parallel_tool_calls=self.parallel_tool_calls, sampling=None if seed is None else {"seed": seed},
+                )
+            except ContextWindowExceeded as e:  # the agent's limit: its outcome, scored, with the server's words
+                logger.debug("turn %d: out of context: %s", turn, e)
+                return AgentResult("", turn - 1, messages, self.settings.priced(events.usage()), out_of_context=True,
+                                   stop_message=str(e))
             content, thinking = split_thinking(reply.content)
             thinking = "\n".join(filter(None, [reply.reasoning, thinking])) or None
-            calls = [] if final else reply.tool_calls
-            if final and reply.tool_calls:
-                logger.debug("turn %d: the model asked for tools after tool_choice=none; ignored", turn)
+            written = None if reply.tool_calls else find_text_tool_calls(content, {spec_name(s) for s in specs})
+            if written is not None:
+                content = written.rest or None
+            calls = [] if final else reply.tool_calls or self._parsed(written, reply)
             parsed = [(call, *parse_arguments(call, cut=reply.finish_reason == CUT_AT_LIMIT)) for call in calls]
             if thinking:
                 events.emit(LLMThinkingEvent(turn=turn, content=thinking))
@@ -153,11 +215,24 @@ class OpenAIAgent:
             ))
             messages.append(self._assistant_message(content, calls))
             if not calls:
-                return AgentResult(extract_answer(content), turn, messages, self.settings.priced(events.usage()))
+                answer = extract_answer(content)
+                # A last reply that only calls a tool (tool_choice="none" notwithstanding) has not answered.
+                no_answer = final and not answer and bool(reply.tool_calls or written)
+                return AgentResult(answer, turn, messages, self.settings.priced(events.usage()), out_of_turns=no_answer)
             for call, arguments, problem in parsed:
                 text = problem if arguments is None else (await call_tool(tools, call.name, arguments)).text
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         raise AssertionError("unreachable: the last turn always answers")
+
+    def _parsed(self, written: TextToolCalls | None, reply: Completion) -> list[ToolCallRequest]:
+        """The calls a reply wrote as text, as requests to run (`text_tool_calls="parse"`); with "refuse" the run
+        stops: the server has no tool parser."""
+        if written is None:
+            return []
+        if self.text_tool_calls == "refuse":
+            raise ServerSetupError(no_parser_message(written, reply.content or ""))
+        return [ToolCallRequest(id=f"call_{uuid.uuid4().hex[:12]}_{i}", name=c.name, arguments=json.dumps(c.arguments))
+                for i, c in enumerate(written.calls)]
 
     @staticmethod
     def _assistant_message(content: str | None, calls: list[ToolCallRequest]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functio
 from rollout.agents.chat_template import ChatTemplate, load_chat_template
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, plain
 from rollout.agents.tag_protocol import Step, Tag, TagProtocol
-from rollout.errors import ConfigError
+from rollout.errors import ConfigError, ContextWindowExceeded
 from rollout.events import EventLog, LLMOutputEvent, LLMThinkingEvent
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,9 @@ class TaggedAgent:
     Each turn emits an `LLMOutputEvent` (the turn's text, its finish_reason, usage and latency; a search as its
     one `tool_calls` entry). A reply cut at the token limit keeps finish_reason `length`; without a complete tag
     it is an invalid turn, never an answer or a search, and the task's `truncated` flag says so when it is the
-    last. Retries, timeouts and the preflight (`check`) are those of `agent=openai`.
+    last. A conversation that outgrows the model's context window ends the task with prediction "" and
+    `AgentResult.out_of_context`, as with `agent=openai`. Retries, timeouts and the preflight (`check`) are those of
+    `agent=openai`.
     """
 
     deterministic = False
@@ -81,6 +83,7 @@ class TaggedAgent:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
         retry_after_max_s: float = 60.0,
+        tokenizer: str | None = None,
     ) -> None:
         self.protocol = TagProtocol.from_config(
             instruction=instruction, searches=plain(searches), answer=plain(answer), information=information,
@@ -101,7 +104,7 @@ class TaggedAgent:
         self.settings = LLMSettings.from_config(llm, agent="tagged")
         self.retry = RetryPolicy.from_config(self.settings.max_retries, backoff_base_s, backoff_max_s,
                                              retry_after_max_s)
-        self.client = ChatClient(self.settings, self.retry)
+        self.client = ChatClient(self.settings, self.retry, tokenizer=tokenizer)
         # The protocol's stops, then any the llm block sets (an end-of-turn token, say): both are honoured.
         extra = self.settings.sampling.get("stop") or []
         self.stop = list(dict.fromkeys([*self.protocol.stop, *([extra] if isinstance(extra, str) else extra)]))
@@ -180,7 +183,12 @@ class TaggedAgent:
         messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
         parts: list[str] = []  # the contents after the instruction: the text the model continues
         for turn in range(1, self.max_turns + 1):
-            reply = await self._generate(self.request(instruction, head, parts), seed)
+            try:
+                reply = await self._generate(self.request(instruction, head, parts), seed)
+            except ContextWindowExceeded as e:  # the agent's limit: its outcome, scored, with the server's words
+                logger.debug("turn %d: out of context: %s", turn, e)
+                return AgentResult("", turn - 1, messages, self.settings.priced(events.usage()), out_of_context=True,
+                                   stop_message=str(e))
             step = self.step(reply)
             search = step.kind == "search" and turn < self.max_turns
             call: dict[str, Any] | None = None

@@ -10,7 +10,9 @@ Definitions
 - EM, F1 and contains-answer are means over the run's scored records; retrieval recall is the
   mean over scored records with gold passage ids (None when no record has any).
 - truncated counts records whose answer the model's endpoint cut at its token limit (finish_reason
-  `length`): they keep status ok and are scored as they stand, so they are among the scored records.
+  `length`): they keep status ok and are scored as they stand, so they are among the scored records. Likewise
+  out of turns and out of context count the records whose agent ran out of turns or outgrew the model's context
+  window: scored (as the answer they had, usually none) on both sides of a pair, never left out.
 - tool latency is the client's round trip (`latency_ms` of each trajectory tool call);
   quantiles use numpy's default linear interpolation, like `rollout.report.tool_stats`.
 - tokens per task is the mean `usage.total_tokens` over records that report usage.
@@ -92,6 +94,10 @@ class RunRow:
     """Records with status `infra_error` (a tool call failed for infrastructure reasons)."""
     truncated: int
     """Records whose answer was cut at the model's token limit (status ok, so among the scored ones)."""
+    out_of_turns: int
+    """Records whose agent used all its turns without answering (among the scored ones)."""
+    out_of_context: int
+    """Records whose conversation outgrew the model's context window (among the scored ones)."""
     tokens_per_task: float | None
     """Mean total tokens per task over tasks reporting usage (None when none does)."""
     accounting: RunAccounting | None = None
@@ -286,7 +292,7 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     metrics: dict[str, list[float]] = {m: [] for m in METRICS}
     calls: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
-    truncated = 0
+    truncated = out_of_turns = out_of_context = 0
     latencies: list[float] = []
     tokens: list[float] = []
     accounting = AccountingTally()
@@ -301,6 +307,8 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
         s = score_task(task, score_failed=score_failed)
         statuses[task.status] += 1
         truncated += s["truncated"]
+        out_of_turns += s["out_of_turns"]
+        out_of_context += s["out_of_context"]
         if s["scored"]:
             question = per_question.setdefault(task.id, {m: [] for m in METRICS})
             for key, values in metrics.items():
@@ -321,7 +329,7 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),
         errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
-        truncated=truncated, tokens_per_task=_mean(tokens), accounting=accounting.summary(),
+        truncated=truncated, out_of_turns=out_of_turns, out_of_context=out_of_context, tokens_per_task=_mean(tokens), accounting=accounting.summary(),
     )
     return _ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})
 

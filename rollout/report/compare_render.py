@@ -93,11 +93,11 @@ def comparison_tables(c: Comparison) -> list[Table]:
     metrics = (
         "per mode",
         ["mode", "tasks", "scored", "EM", "F1", "contains", "recall", "calls/task", "tool p50 ms", "tool p95 ms",
-         "errors", "timeouts", "infra", "truncated", "tokens/task", *costs],
+         "errors", "timeouts", "infra", "truncated", "out of turns", "out of ctx", "tokens/task", *costs],
         [[r.label, str(r.tasks), str(r.scored), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
           _num(r.retrieval_recall), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
           _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), str(r.truncated),
-          _num(r.tokens_per_task, 1),
+          str(r.out_of_turns), str(r.out_of_context), _num(r.tokens_per_task, 1),
           *(cell(r) for cell in costs.values())]
          for r in c.rows],
     )
@@ -180,7 +180,8 @@ def _write_csv(c: Comparison, path: Path) -> None:
     """The per-mode table, one row per run, tool calls per task in a column per tool, then the accounting."""
     fields = ["label", "mode", "run_dir", "tasks", "scored", "repeats", "exact_match", "f1", "contains_answer",
               "retrieval_recall", *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
-              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "tokens_per_task",
+              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "out_of_turns", "out_of_context",
+              "tokens_per_task",
               *_costs(c, c.rows[0])]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)

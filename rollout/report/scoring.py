@@ -9,7 +9,10 @@ EM, F1 and contains-answer 0, retrieval recall from whatever their tool calls re
 An answer the model's endpoint cut at its token limit (`TaskResult.truncated`) keeps status `ok` and is
 scored as it stands; `truncated` counts these records, all of them among the scored ones, so the
 answers a model got wrong can be told from those it was cut off writing. Likewise `out_of_turns` counts the
-records whose agent used all its turns without answering (`TaskResult.out_of_turns`: status ok, prediction "").
+records whose agent used all its turns without answering (`TaskResult.out_of_turns`: status ok, prediction ""), and
+`out_of_context` those whose conversation outgrew the model's context window (`TaskResult.out_of_context`): the
+agent's limits are its outcome, scored, never dropped as failures (an arm whose tools return longer text would
+otherwise lose its hardest questions and look better than it is).
 
 Repeats: a run asks each question `repeats` times (records carry `repeat`, 0-based). The metrics
 are the mean over every scored record. With more than one repeat the summary adds, per metric, a
@@ -33,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.accounting import AGENT
+from rollout.agents.context_window import FIX as CONTEXT_FIX
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
 from rollout.report.costs import AccountingTally
@@ -83,6 +87,7 @@ def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
         "infra_error": r.status == "infra_error",
         "truncated": r.truncated,
         "out_of_turns": r.out_of_turns,
+        "out_of_context": r.out_of_context,
         "total_tokens": r.usage.get("total_tokens"),
         "cost_usd": r.usage.get("cost_usd"),
         "hops": r.metadata.get("hops"),
@@ -112,6 +117,8 @@ class _Tally:
         self.statuses: Counter[str] = Counter()
         self.truncated = 0
         self.out_of_turns = 0
+        self.out_of_context = 0
+        self.context_message: str | None = None
         self.max_repeat = -1
         self.calls: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
@@ -131,6 +138,9 @@ class _Tally:
         self.statuses[r.status] += 1
         self.truncated += row["truncated"]
         self.out_of_turns += row["out_of_turns"]
+        self.out_of_context += row["out_of_context"]
+        if r.out_of_context and self.context_message is None:
+            self.context_message = r.stop_message
         self.max_repeat = max(self.max_repeat, r.repeat)
         self.calls.update(c.name for c in r.tool_calls)
         self.failed.update(c.name for c in r.tool_calls if not c.ok)
@@ -173,6 +183,7 @@ class _Tally:
 def summarize(
     results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True,
     score_failed: bool = False, deterministic_agent: bool | None = None, degraded_tools: dict[str, str] | None = None,
+    tools_offered: int | None = None,
 ) -> RunSummary:
     """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
     overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens, where the tasks'
@@ -180,8 +191,8 @@ def summarize(
     over repeats and pass@k.
 
     `score_failed` scores failed tasks as wrong answers instead of leaving them out;
-    `deterministic_agent` and `degraded_tools` (name → reason, as the gateway listed the tools) are copied as
-    is: the caller knows whether the agent samples, and which tools it was offered."""
+    `deterministic_agent`, `degraded_tools` (name → reason, as the gateway listed the tools) and `tools_offered` (how
+    many) are copied as is: the caller knows whether the agent samples, and which tools it was offered."""
     tally = _Tally(score_failed)
     for r in results:
         tally.add(r)
@@ -205,6 +216,7 @@ def summarize(
         },
         truncated=tally.truncated,
         out_of_turns=tally.out_of_turns,
+        out_of_context=tally.out_of_context,
         repeats=repeats,
         deterministic_agent=deterministic_agent,
         tool_calls={name: ToolUse(n, tally.failed.get(name, 0)) for name, n in sorted(tally.calls.items())},
@@ -216,7 +228,24 @@ def summarize(
         by_style=tally.by["style"].groups(),
         accounting=tally.accounting.summary(),
         degraded_tools=dict(degraded_tools or {}),
+        tools_offered=tools_offered,
+        warnings=_warnings(tally, tools_offered),
     )
+
+
+def _warnings(tally: _Tally, tools_offered: int | None) -> list[str]:
+    """The summary's warnings: what makes its numbers mean less than they seem, each with its fix."""
+    warnings = []
+    if tally.out_of_context:
+        said = f" (the server said: {tally.context_message!r})" if tally.context_message else ""
+        warnings.append(f"{tally.out_of_context} of {tally.n} tasks ran out of the model's context window and are "
+                        f"scored as the answer they had{said}: {CONTEXT_FIX}")
+    if tools_offered and tally.n and not tally.call_count:
+        warnings.append(f"the run offered {tools_offered} tools and no task made a single tool call: the LLM server "
+                        "may not pass the tools to the model (llama.cpp's server needs --jinja; vLLM "
+                        "--enable-auto-tool-choice --tool-call-parser NAME), or the model does not call them; "
+                        "read one task's conversation with `rollout view RUN --task ID`")
+    return warnings
 
 
 def _fmt(v: float | None) -> str:
@@ -291,18 +320,19 @@ def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = 
     partial = "" if summary.complete else " (interrupted)"
     counted = f"{summary.n} tasks" if summary.scored == summary.n else f"{summary.n} tasks, {summary.scored} scored"
     table = Table(title=f"rollout · mode={summary.mode} · {counted}{partial}", title_justify="left")
-    for col in ("EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "time (s)"):
+    for col in ("EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "out of ctx",
+                "time (s)"):
         table.add_column(col, justify="right")
     table.add_row(
         _fmt(m["exact_match"]), _fmt(m["f1"]), _fmt(m["contains_answer"]), _fmt(m["retrieval_recall"]),
         str(summary.errors), str(summary.timeouts), str(summary.infra_errors), str(summary.truncated),
-        f"{summary.wall_time_s:.1f}",
+        str(summary.out_of_context), f"{summary.wall_time_s:.1f}",
     )
     console.print(table)
     if line := _repeats_line(summary):
         console.print(line, markup=False, highlight=False)
     console.print(_tools_table(summary))
-    for line in degraded_lines(summary.degraded_tools):
+    for line in [*degraded_lines(summary.degraded_tools), *(f"Warning: {w}" for w in summary.warnings)]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if tokens := summary.tokens:
         cost = f", ${tokens.cost_usd:.4f}" if tokens.cost_usd is not None else ""

@@ -309,9 +309,11 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
         mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
         wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
         score_failed=cfg.score_failed, deterministic_agent=getattr(agent, "deterministic", None),
-        degraded_tools=degraded_tools,
+        degraded_tools=degraded_tools, tools_offered=len(tool_specs),
     )
     write_summary(out, summary)
+    for warning in summary.warnings:
+        logger.warning("%s", warning)
     timeline.mark("scored")
     logger.info("Timeline (seconds since start): %s", timeline.line())
     print_summary(summary, out)

@@ -23,9 +23,9 @@ from types import FrameType
 from typing import Any, Protocol
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
-from rollout.errors import GatewayError
+from rollout.errors import GatewayError, ServerSetupError
 from rollout.events import AnyEvent
 from rollout.records import Question, TaskResult
 from rollout.run.config import RunConfig
@@ -294,6 +294,8 @@ class Scheduler:
                 return
             result = task.failed(f"worker died under this task {attempt} times: {type(e).__name__}", attempt)
         except ray.exceptions.RayError as e:  # run_task catches task failures; this is Ray's own
+            if isinstance(e, RayTaskError) and isinstance(e.cause, ServerSetupError):
+                raise e.cause from None  # the run cannot go on; the task is not recorded, so a rerun asks it again
             result = task.failed(f"worker failed: {e}", attempt)
         if slot.actor is actor:
             slot.running -= 1

@@ -17,7 +17,7 @@ from envs import HttpMCPRagEnv, TaskSession
 from envs.mcp_session import backoff_delay
 from envs.mcp_transport import is_transport_failure
 from rollout.agents.base import Agent, AgentResult
-from rollout.errors import GatewayError
+from rollout.errors import GatewayError, ServerSetupError
 from rollout.events import AnyEvent, CompletionEvent, ErrorEvent, EventLog, LLMOutputEvent
 from rollout.records import Question, TaskResult, TaskStatus, ToolCallRecord, ToolResult, wire_task_id
 from rollout.run_folder import spec_name
@@ -193,6 +193,8 @@ class RolloutWorker:
             async with deadline:
                 outcome = await self.agent.run(q.question, offered or session, events, **seeded)
             events.emit(CompletionEvent(prediction=outcome.prediction, turns=outcome.turns))
+        except ServerSetupError:
+            raise  # no task can mean anything with this server: the run stops (the scheduler hands it on)
         except Exception as e:  # noqa: BLE001 - one task's failure must not end the run
             if isinstance(e, TimeoutError) and deadline is not None and deadline.expired():
                 status, error = "timeout", f"task exceeded its time limit of {self.task_timeout_s:g} s (task_timeout_s)"
@@ -217,7 +219,7 @@ class RolloutWorker:
                 q, prediction=outcome.prediction, turns=outcome.turns, messages=outcome.messages,
                 usage=outcome.usage, calls=calls, events=events.events, worker_id=self.worker_id,
                 latency_s=latency_s, attempts=attempt, repeat=repeat, seed=seed, out_of_turns=outcome.out_of_turns,
-                offered_tools=offered_tools,
+                out_of_context=outcome.out_of_context, stop_message=outcome.stop_message, offered_tools=offered_tools,
             )
         return TaskResult.failed(
             q, status=status, error=error, worker_id=self.worker_id, latency_s=latency_s, attempts=attempt,

@@ -36,9 +36,9 @@ logger = logging.getLogger(__name__)
 
 INDEX_FILE = ".view-index.json"
 """The cached index, beside trajectory.jsonl; safe to delete (it is rebuilt)."""
-FORMAT = 3
+FORMAT = 4
 """Bumped when the columns or their encoding change, so an older cache is rebuilt rather than misread (3: packed
-columns, `_pack`)."""
+columns, `_pack`; 4: `out_of_context`)."""
 TEXT_CHARS = 240
 """Question, prediction and gold are kept this long in the index (the task page reads them whole)."""
 HEAD_BYTES = 4096
@@ -52,7 +52,7 @@ _T = TypeVar("_T")
 COLUMNS = (
     "offset", "length", "id", "repeat", "status", "em", "f1", "recall", "question", "prediction", "gold",
     "calls", "failed_calls", "tools", "tokens", "cost", "latency_s", "llm_s", "tool_s", "waiting_s",
-    "truncated", "out_of_turns", "finished",
+    "truncated", "out_of_turns", "out_of_context", "finished",
 )
 """One list per column, one entry per task, in file order. `em`/`f1`/`recall` are None for a task that is
 not scored (it failed) or, for recall, has no gold passages; `tools` the distinct tool names it called,
@@ -90,7 +90,8 @@ def _row(data: dict[str, Any]) -> dict[str, Any]:
         "llm_s": None if acc is None else round(acc.llm_s, 4),
         "tool_s": None if acc is None else round(acc.tool_total_s, 4),
         "waiting_s": None if acc is None else round(acc.waiting_s, 4),
-        "truncated": bool(task.truncated), "out_of_turns": bool(task.out_of_turns), "finished": finished,
+        "truncated": bool(task.truncated), "out_of_turns": bool(task.out_of_turns),
+        "out_of_context": bool(task.out_of_context), "finished": finished,
     }
 
 

@@ -82,6 +82,7 @@ class RunSummaryView:
     metrics: list[Metric]
     truncated: int
     out_of_turns: int
+    out_of_context: int
     tokens_per_task: float | None
     cost_per_task: float | None
     time_split: dict[str, float | None]
@@ -171,6 +172,7 @@ def _task_summary(run: Run) -> RunSummaryView:
                  _metric("F1", ids, cols["f1"], one_per_question=one_each),
                  _metric("retrieval recall", ids, cols["recall"], one_per_question=one_each)],
         truncated=sum(cols["truncated"]), out_of_turns=sum(cols["out_of_turns"]),
+        out_of_context=sum(cols["out_of_context"]),
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),
         cost_per_task=_mean([c for c in cols["cost"] if c is not None]),
         time_split=time_split, calls_per_task=(sum(cols["calls"]) / n) if n else 0.0,

@@ -25,6 +25,9 @@ SORTS = {
 """Sortable columns: the URL's `sort` value and the column's heading."""
 KEPT_QUERIES = 8
 """Queries whose matching rows an index keeps (`TableQuery.matches`)."""
+STOPS = {"cut": "truncated", "out_of_turns": "out_of_turns", "out_of_context": "out_of_context"}
+"""`stop=`: the scored tasks an agent's own limit ended — its answer cut at max_tokens, its turns spent, or its
+conversation past the model's context window — each the index column that flags it."""
 RIGHT = ("right", "wrong")
 """`right=right`: exact match 1; `right=wrong`: a scored task with exact match 0 (failed tasks are neither)."""
 
@@ -36,6 +39,8 @@ class TableQuery:
     status: str = ""
     right: str = ""
     tool: str = ""
+    stop: str = ""
+    """One of `STOPS`: only the tasks that limit ended."""
     q: str = ""
     """Case-insensitive text searched in the id, question, prediction and gold answers."""
     sort: str = "order"
@@ -51,13 +56,16 @@ class TableQuery:
             raise ViewError(f"status={status!r} is not a task status; use one of: {', '.join(STATUSES)}")
         if right and right not in RIGHT:
             raise ViewError(f"right={right!r}: use right or wrong")
+        stop = params.get("stop", "")
+        if stop and stop not in STOPS:
+            raise ViewError(f"stop={stop!r} is not a limit an agent stops at; use one of: {', '.join(STOPS)}")
         if sort not in SORTS:
             raise ViewError(f"sort={sort!r} is not a column; sort by one of: {', '.join(SORTS)}")
         try:
             page = max(1, int(params.get("page", "1") or 1))
         except ValueError:
             raise ViewError(f"page={params.get('page')!r} is not a page number") from None
-        return cls(status=status, right=right, tool=params.get("tool", ""), q=params.get("q", "").strip(),
+        return cls(status=status, right=right, tool=params.get("tool", ""), stop=stop, q=params.get("q", "").strip(),
                     sort=sort, desc=params.get("desc", "") in ("1", "true"), page=page)
 
     def params(self, **changes: Any) -> dict[str, str]:
@@ -85,7 +93,7 @@ class TableQuery:
 
     @property
     def filtered(self) -> bool:
-        return bool(self.status or self.right or self.tool or self.q)
+        return bool(self.status or self.right or self.tool or self.stop or self.q)
 
     def matches(self, index: TrajectoryIndex) -> list[int]:
         """Rows of `index` that pass the filters, in the query's order.
@@ -94,7 +102,7 @@ class TableQuery:
         finds its previous and next within its query's rows, and paging goes through the same rows, so a view of
         100,000 tasks is filtered and sorted once, not on every click."""
         kept: dict[tuple[Any, ...], list[int]] = index.memo("matches", dict)
-        key = (self.status, self.right, self.tool, self.q, self.sort, self.desc)
+        key = (self.status, self.right, self.tool, self.stop, self.q, self.sort, self.desc)
         if key not in kept:
             if len(kept) >= KEPT_QUERIES:
                 del kept[next(iter(kept))]  # the oldest
@@ -113,6 +121,9 @@ class TableQuery:
         if self.tool:
             tools = cols["tools"]
             rows = [i for i in rows if self.tool in tools[i].split(",")]
+        if self.stop:
+            flag = cols[STOPS[self.stop]]
+            rows = [i for i in rows if flag[i]]
         if self.q:
             needle = self.q.casefold()
             texts = (cols["id"], cols["question"], cols["prediction"], cols["gold"])

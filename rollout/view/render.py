@@ -211,9 +211,15 @@ def _header(console: Console, task: TaskResult) -> None:
     run.append(task.status, style=STATUS_STYLE.get(task.status, "yellow"))
     if task.truncated:
         run.append(" (answer cut at max_tokens)", style="yellow")
+    if task.out_of_turns:
+        run.append(" (out of turns)", style="yellow")
+    if task.out_of_context:
+        run.append(" (out of context)", style="yellow")
     run.append(f" · worker {task.worker_id} · attempts {task.attempts} · {task.turns} turns"
                f" · {len(task.tool_calls)} tool calls · {task.latency_s:.2f} s")
     grid.add_row("status", run)
+    if task.stop_message:
+        grid.add_row("stopped", Text(task.stop_message, style="yellow"))
     if task.usage:
         parts = [f"{k.removesuffix('_tokens')} {_num(v)}" for k, v in task.usage.items() if k != "cost_usd"]
         if "cost_usd" in task.usage:

@@ -43,7 +43,7 @@ from rollout.view.pages import (
     tool_names,
     tool_table,
 )
-from rollout.view.query import PAGE_SIZE, SORTS, TableQuery
+from rollout.view.query import PAGE_SIZE, SORTS, STOPS, TableQuery
 from rollout.view.transcript import neighbours, task_view
 
 COLUMNS = [("id", "id"), ("status", "status"), ("em", "answer"), ("question", "question"),
@@ -151,7 +151,7 @@ class Viewer:
         rows, pages = (matched, 1) if all_rows else query.page_of(matched)
         return self.render(
             "run.html.j2", page_id=page_id, route=route, run=run, query=query, summary=run_summary(run), tools=tool_table(run),
-            tool_names=tool_names(run), statuses=STATUSES, rows=rows, matched=len(matched), pages=pages,
+            tool_names=tool_names(run), statuses=STATUSES, stops=list(STOPS), rows=rows, matched=len(matched), pages=pages,
             columns=COLUMNS, sorts=SORTS, numeric=NUMERIC, page_size=PAGE_SIZE)
 
     def rows_html(self, run: Run, rows: list[int], query: TableQuery) -> str:

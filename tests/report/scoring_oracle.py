@@ -88,6 +88,7 @@ def summarize(
         },
         truncated=int(df["truncated"].sum()) if len(df) else 0,
         out_of_turns=int(df["out_of_turns"].sum()) if len(df) else 0,
+        out_of_context=int(df["out_of_context"].sum()) if len(df) else 0,
         repeats=repeats,
         deterministic_agent=deterministic_agent,
         tool_calls={name: ToolUse(n, failed.get(name, 0)) for name, n in sorted(calls.items())},

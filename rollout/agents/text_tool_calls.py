@@ -1,0 +1,181 @@
+"""Tool calls a model wrote as text: what a server without a tool parser returns instead of `tool_calls`.
+
+A served model asked with tools writes its calls in its own chat format; the server's tool parser turns them into
+the response's `tool_calls` (vLLM `--enable-auto-tool-choice --tool-call-parser NAME`, SGLang `--tool-call-parser`,
+llama.cpp `--jinja`). Without one, or on a turn sent with `tool_choice="none"`, the call comes back as the message's
+text. Taken as the answer it would be scored as one, so the formats served models use are recognised here:
+
+- Hermes / Qwen: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (one block per call);
+- Llama 3 JSON: the whole message `{"name": ..., "parameters": {...}}` (after an optional `<|python_tag|>`,
+  several joined by `;`), or in a ```json fence;
+- Mistral: `[TOOL_CALLS] [{"name": ..., "arguments": {...}}]`, or `[TOOL_CALLS]name[ARGS]{...}`;
+- `<function=name>{...}</function>` (Llama 3.1's custom tools) and `<function=name><parameter=key>value</parameter>
+  </function>` (Qwen3-Coder's XML).
+
+A call counts only when it names a tool that was offered: a JSON answer that happens to have a `name` is not a call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+_DECODER = json.JSONDecoder()
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FUNCTION = re.compile(r"<function=([\w.\-]+)>(.*?)(?:</function>|$)", re.DOTALL)
+_EMPTY_HERMES = re.compile(r"<tool_call>\s*</tool_call>")
+"""What Qwen3-Coder's `<tool_call><function=...>...</function></tool_call>` leaves once its call is taken out."""
+_PARAMETER = re.compile(r"<parameter=([\w.\-]+)>\s*(.*?)\s*</parameter>", re.DOTALL)
+_MISTRAL = re.compile(r"\[TOOL_CALLS\]\s*(.*)$", re.DOTALL)
+_MISTRAL_ARGS = re.compile(r"([\w.\-]+)(?:\[CALL_ID\][\w\-]*)?\[ARGS\]")
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_PYTHON_TAG = "<|python_tag|>"
+
+
+SERVER_PARSERS = {
+    "hermes": ("hermes", "qwen25"),
+    "llama3_json": ("llama3_json", "llama3"),
+    "mistral": ("mistral", "mistral"),
+    "function": ("qwen3_coder", "qwen3_coder"),
+}
+"""Per format, the tool parser that reads it: vLLM's `--tool-call-parser` name, then SGLang's."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextToolCall:
+    """One tool call found in a message's text."""
+
+    name: str
+    arguments: dict[str, Any]
+    format: str
+    """Which format it was written in: hermes, llama3_json, mistral or function."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextToolCalls:
+    """The calls a message's text holds, and the text left once they are taken out."""
+
+    calls: list[TextToolCall]
+    rest: str
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values `text` holds one after another (separated by spaces, `;` or `,`); [] when it holds anything
+    else."""
+    values, i, text = [], 0, text.strip()
+    while i < len(text):
+        try:
+            value, i = _DECODER.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return []
+        values.append(value)
+        while i < len(text) and text[i] in " \t\r\n;,":
+            i += 1
+    return values
+
+
+def _call(value: Any, offered: Collection[str], fmt: str) -> TextToolCall | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in offered:
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    return TextToolCall(value["name"], arguments, fmt) if isinstance(arguments, dict) else None
+
+
+def _calls(values: list[Any], offered: Collection[str], fmt: str) -> list[TextToolCall]:
+    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
+    calls = [_call(v, offered, fmt) for v in flat]
+    return [c for c in calls if c is not None] if all(c is not None for c in calls) else []
+
+
+def _hermes(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    calls, rest = [], text
+    for match in _HERMES.finditer(text):
+        found = _calls(_json_values(match.group(1)), offered, "hermes")
+        if found:
+            calls += found
+            rest = rest.replace(match.group(0), "")
+    return TextToolCalls(calls, rest.strip()) if calls else None
+
+
+def _function(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    calls, rest = [], text
+    for match in _FUNCTION.finditer(text):
+        name, body = match.group(1), match.group(2)
+        if name not in offered:
+            continue
+        params = _PARAMETER.findall(body)
+        if params:
+            arguments: Any = {key: _scalar(value) for key, value in params}
+        else:
+            values = _json_values(body) if body.strip() else [{}]
+            arguments = values[0] if len(values) == 1 else None
+        if isinstance(arguments, dict):
+            calls.append(TextToolCall(name, arguments, "function"))
+            rest = rest.replace(match.group(0), "")
+    return TextToolCalls(calls, _EMPTY_HERMES.sub("", rest).strip()) if calls else None
+
+
+def _scalar(value: str) -> Any:
+    """A `<parameter>` value: JSON when it reads as JSON (a number, a list), else the text."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _mistral(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    match = _MISTRAL.search(text)
+    if match is None:
+        return None
+    body = match.group(1)
+    calls = _calls(_json_values(body), offered, "mistral")
+    if not calls:  # the v11 form: name[ARGS]{...}, one after another
+        for named in _MISTRAL_ARGS.finditer(body):
+            try:
+                arguments, _ = _DECODER.raw_decode(body, named.end())
+            except json.JSONDecodeError:
+                continue
+            if (call := _call({"name": named.group(1), "arguments": arguments}, offered, "mistral")) is not None:
+                calls.append(call)
+    return TextToolCalls(calls, text[:match.start()].strip()) if calls else None
+
+
+def _llama3_json(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    body = text.strip().removeprefix(_PYTHON_TAG).strip()
+    if fenced := _FENCE.match(body):
+        body = fenced.group(1)
+    if not body.startswith(("{", "[")):
+        return None
+    calls = _calls(_json_values(body), offered, "llama3_json")
+    return TextToolCalls(calls, "") if calls else None
+
+
+def find_text_tool_calls(text: str | None, offered: Collection[str]) -> TextToolCalls | None:
+    """The tool calls naming an `offered` tool that `text` was written as, in the first format that finds any; None
+    when it holds none."""
+    if not text or not offered:
+        return None
+    for parse in (_hermes, _mistral, _function, _llama3_json):
+        if (found := parse(text, offered)) is not None:
+            return found
+    return None
+
+
+def no_parser_message(found: TextToolCalls, reply: str) -> str:
+    """The one line a run stops with when the server returned tool calls as text: which flag to set, and the reply
+    that showed it."""
+    vllm, sglang = SERVER_PARSERS[found.calls[0].format]
+    shown = " ".join(reply.split())
+    shown = shown if len(shown) <= 160 else shown[:157] + "..."
+    return (f"the LLM server returned a tool call as text instead of tool_calls, so it has no tool parser: start "
+            f"vLLM with --enable-auto-tool-choice --tool-call-parser {vllm}, SGLang with --tool-call-parser {sglang}, "
+            f"llama.cpp's server with --jinja; or set agent.text_tool_calls=parse to parse them here. "
+            f"The reply: {shown!r}")
