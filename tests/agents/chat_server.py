@@ -136,11 +136,69 @@ def error(status: int, message: str = "scripted error", *, headers: dict[str, st
                  headers or {}, delay_s)
 
 
+OVERFLOW_BODIES: dict[str, tuple[int, dict[str, Any]]] = {
+    # vLLM's old error body, and its newer {"error": {...}} one with "your request has N input tokens"
+    "vllm": (400, {"object": "error", "message": "This model's maximum context length is 1500 tokens. However, you "
+                   "requested 2647 tokens (1623 in the messages, 1024 in the completion). Please reduce the length of "
+                   "the messages or completion.", "type": "BadRequestError", "param": None, "code": 400}),
+    "vllm_new": (400, {"error": {"message": "This model's maximum context length is 1500 tokens. However, your request "
+                                 "has 2647 input tokens. Please reduce the length of the input messages. None",
+                                 "type": "BadRequestError", "param": None, "code": 400}}),
+    "vllm_max_tokens": (400, {"error": {"message": "'max_tokens' or 'max_completion_tokens' is too large: 1024. This "
+                                        "model's maximum context length is 1500 tokens and your request has 1000 input "
+                                        "tokens (1024 > 1500 - 1000). None", "type": "BadRequestError", "param": None,
+                                        "code": 400}}),
+    "vllm_v1": (400, {"error": {"message": "The decoder prompt (length 2647) is longer than the maximum model length of "
+                                "1500. Make sure that `max_model_len` is no smaller than the number of text tokens.",
+                                "type": "BadRequestError", "param": None, "code": 400}}),
+    "openai": (400, {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages "
+                               "resulted in 9000 tokens. Please reduce the length of the messages.",
+                               "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+    "sglang": (400, {"object": "error", "message": "The input (2647 tokens) is longer than the model's context length "
+                     "(1500 tokens).", "type": "BadRequestError", "param": None, "code": 400}),
+    "llama_cpp": (400, {"error": {"code": 400, "message": "request (2647 tokens) exceeds the available context size "
+                                  "(1500 tokens)", "type": "exceed_context_size_error", "n_prompt_tokens": 2647,
+                                  "n_ctx": 1500}}),
+    "llama_cpp_python": (400, {"error": {"message": "This model's maximum context length is 512 tokens. However, you "
+                                         "requested 3024 tokens (3008 in the messages, 16 in the completion). Please "
+                                         "reduce the length of the messages or completion.",
+                                         "type": "invalid_request_error", "param": "messages",
+                                         "code": "context_length_exceeded"}}),
+    "ollama": (400, {"error": {"message": "the input length exceeds the context length", "type": "api_error",
+                               "param": None, "code": None}}),
+    "tgi": (422, {"error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 1500. Given: 1623 "
+                  "`inputs` tokens and 1024 `max_new_tokens`", "error_type": "validation"}),
+}
+"""How each server refuses a conversation longer than the model's context, status and body as it sends them."""
+
+
+def overflow(server: str = "vllm") -> Reply:
+    """`server`'s refusal of a request that does not fit the model's context window (`OVERFLOW_BODIES`)."""
+    status, body = OVERFLOW_BODIES[server]
+    return Reply(status, body)
+
+
+def written_call(name: str, arguments: dict[str, Any], fmt: str = "hermes") -> str:
+    """A tool call as a model writes it in its chat format, which a server without a tool parser returns as text."""
+    args = json.dumps(arguments)
+    return {
+        "hermes": f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>',
+        "llama3_json": f'{{"name": "{name}", "parameters": {args}}}',
+        "mistral": f'[TOOL_CALLS] [{{"name": "{name}", "arguments": {args}}}]',
+        "function": f"<function={name}>{args}</function>",
+    }[fmt]
+
+
 class ChatServer:
     """The scripted server's state: the script, the default policy, and what it received and sent.
 
     Tests call `push(...)` to script replies and read `requests` (bodies), `headers` and `sent`
     (the successful bodies returned). Thread-safe: the server runs on its own thread and loop.
+
+    Two settings make the default policy behave as served models do: `context_chars`, a context window (in
+    characters of the request's messages and tools) past which a request is refused with `overflow_server`'s
+    refusal; `text_tool_calls`, a format in which tool calls come back as text, as from a server without a tool
+    parser (vLLM without `--tool-call-parser`).
     """
 
     def __init__(self) -> None:
@@ -151,6 +209,9 @@ class ChatServer:
         self.sent: list[dict[str, Any]] = []
         self.base_url = ""
         """`http://127.0.0.1:PORT/v1` once serving."""
+        self.context_chars: int | None = None
+        self.overflow_server = "vllm"
+        self.text_tool_calls: str | None = None
 
     def push(self, *replies: Reply) -> None:
         with self._lock:
@@ -162,6 +223,8 @@ class ChatServer:
             self.requests.clear()
             self.headers.clear()
             self.sent.clear()
+            self.context_chars = self.text_tool_calls = None
+            self.overflow_server = "vllm"
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -177,7 +240,15 @@ class ChatServer:
         with self._lock:
             if self._script:
                 return self._script.popleft()
-        return default_reply(body)
+        seen = json.dumps(body.get("messages") or body.get("prompt")) + json.dumps(body.get("tools") or [])
+        if self.context_chars is not None and len(seen) > self.context_chars:
+            return overflow(self.overflow_server)
+        reply = default_reply(body)
+        calls = reply.body["choices"][0]["message"].get("tool_calls") if isinstance(reply.body, dict) else None
+        if calls and self.text_tool_calls:  # no tool parser: the call comes back as the model wrote it
+            function = calls[0]["function"]
+            return answer(written_call(function["name"], json.loads(function["arguments"]), self.text_tool_calls))
+        return reply
 
     async def chat(self, request: Request) -> Response:
         return await self._respond(request, chat=True)

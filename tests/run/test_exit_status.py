@@ -93,10 +93,10 @@ def test_a_sweep_gives_one_folder_per_job_runs_past_the_jobs_that_produced_nothi
     # overrides, the jobs share one Ray, and the gateway token (from the environment) is on no file the sweep writes.
     token = "tok-3f9c1e7a-never-on-disk"
     with chat_server() as llm:
-        # Each openai job's preflight is answered, then every request of its tasks fails: each of its tasks is an
-        # error. The heuristic jobs ask no LLM.
+        # Each openai job's preflight and tool-parser probe are answered, then every request of its tasks fails: each
+        # of its tasks is an error. The heuristic jobs ask no LLM.
         for _ in range(2):
-            llm.push(answer("OK"), *[error(500, "the model server died") for _ in range(2)])
+            llm.push(answer("OK"), answer("OK"), *[error(500, "the model server died") for _ in range(2)])
         r = python_m_rollout(
             "-m", "mode=dense,sparse", "agent=heuristic,openai", "llm.model=test-model", f"llm.base_url={llm.base_url}",
             "llm.max_retries=0", "dataset.n_passages=400", "dataset.n_questions=40", "dataset.limit=2", "workers=1",

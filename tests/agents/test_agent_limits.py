@@ -1,0 +1,176 @@
+"""What real servers do to an agent's conversation, against the scripted server speaking their wire format.
+
+A conversation past the model's context window is the agent's outcome (out of context, the server's words kept),
+whichever server refused it and in whichever body; a tool call a server returns as text means it has no tool
+parser (the run stops naming the flag, or the call is parsed with `text_tool_calls="parse"`); a last reply that only
+calls a tool is no answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rollout.agents.context_window import ContextBudget, is_context_overflow
+from rollout.agents.openai_agent import OpenAIAgent
+from rollout.agents.text_tool_calls import find_text_tool_calls
+from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
+from rollout.events import EventLog, LLMOutputEvent
+from rollout.retrieval.encoder import bundled_model_path
+from tests.agents.chat_server import (
+    OVERFLOW_BODIES,
+    Reply,
+    answer,
+    error,
+    overflow,
+    tool_calls,
+    written_call,
+)
+from tests.agents.conftest import DENSE, SPARSE
+from tests.agents.test_openai_agent import QUESTION, llm, make_agent
+from tests.agents.test_tagged_agent import make_agent as make_tagged
+
+FORMATS = ("hermes", "llama3_json", "mistral", "function")
+
+
+@pytest.mark.parametrize("shape", sorted(OVERFLOW_BODIES))
+async def test_each_servers_context_refusal_ends_the_task_as_out_of_context_with_its_words(chat, make_tools, shape):
+    # One search, then the next request no longer fits: the agent's answer is "" and its record says why.
+    chat.push(tool_calls((SPARSE, {"query": "Arlen Voss"})), overflow(shape))
+    events = EventLog("t")
+    result = await make_agent(chat.base_url).run(QUESTION, make_tools(SPARSE), events)
+    _, body = OVERFLOW_BODIES[shape]
+    inner = body.get("error", body)
+    said = inner["message"] if isinstance(inner, dict) else inner
+    assert result.out_of_context and result.prediction == "" and not result.out_of_turns
+    assert result.stop_message == said and result.turns == 1
+    assert len(chat.chat_requests) == 2  # a refusal is not retried: it would fail the same way
+
+
+@pytest.mark.parametrize("body", [
+    {"error": {"message": "temperature must be non-negative", "type": "invalid_request_error", "code": None}},
+    {"object": "error", "message": "[{'type': 'missing', 'loc': ('body', 'model')}]", "type": "BadRequestError"},
+])
+async def test_a_400_that_is_not_about_the_context_stays_an_error(chat, make_tools, body):
+    chat.push(Reply(400, body))
+    with pytest.raises(LLMError) as raised:
+        await make_agent(chat.base_url).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+    assert not isinstance(raised.value, ContextWindowExceeded)
+
+
+def test_overflow_is_recognised_by_text_code_and_status():
+    assert is_context_overflow(400, {"code": "context_length_exceeded", "message": "too long"})
+    assert is_context_overflow(400, "This model's maximum context length is 4096 tokens")
+    assert not is_context_overflow(500, {"message": "This model's maximum context length is 4096 tokens"})
+    assert not is_context_overflow(400, {"message": "Invalid value for tool_choice"})
+
+
+async def test_the_tagged_agent_ends_out_of_context_on_both_wires(chat, make_tools):
+    for wire in ("chat", "completions"):
+        chat.reset()
+        chat.push(overflow("sglang"))
+        agent = make_tagged(chat.base_url, wire=wire)
+        result = await agent.run(QUESTION, make_tools(SPARSE), EventLog("t"))
+        assert result.out_of_context and result.prediction == "" and result.turns == 0
+        assert "longer than the model's context length" in (result.stop_message or "")
+
+
+async def test_with_a_context_window_a_request_that_cannot_fit_is_never_sent(chat, make_tools):
+    # 256 completion tokens in a 300-token window leave too little room for the tools and the question.
+    agent = make_agent(chat.base_url, context_window=300)
+    result = await agent.run(QUESTION, make_tools(SPARSE, DENSE), EventLog("t"))
+    assert result.out_of_context and chat.chat_requests == []
+    assert "over llm.context_window=300: not sent" in (result.stop_message or "")
+    assert "estimated at 4 characters a token" in result.stop_message
+    # A window that fits the first turn lets it through.
+    result = await make_agent(chat.base_url, context_window=100_000).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+    assert not result.out_of_context and len(chat.chat_requests) == 2
+
+
+def test_the_budget_counts_with_a_tokenizer_when_given():
+    messages = [{"role": "user", "content": "Where was Arlen Voss born? " * 20}]
+    estimate, counted = ContextBudget(10_000), ContextBudget(10_000, bundled_model_path())
+    assert estimate.prompt_tokens(messages) == -(-len(messages[0]["content"]) // 4) + 4
+    assert counted.prompt_tokens(messages) == 7 * 20 + 4  # WordPiece: where was arlen vo ##ss born ?
+    with pytest.raises(ContextWindowExceeded, match="counted with"):
+        ContextBudget(100, bundled_model_path()).check(messages, None, {"max_tokens": 10})
+    with pytest.raises(ConfigError, match="llm.context_window"):
+        ContextBudget(0)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_tool_call_written_as_text_stops_the_run_naming_the_server_flag(chat, make_tools, fmt):
+    chat.push(answer(written_call(SPARSE, {"query": "Arlen Voss"}, fmt)))
+    with pytest.raises(ServerSetupError) as raised:
+        await make_agent(chat.base_url).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+    message = str(raised.value)
+    assert "--enable-auto-tool-choice --tool-call-parser" in message and "--jinja" in message
+    assert "agent.text_tool_calls=parse" in message and SPARSE in message
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_with_text_tool_calls_parse_the_written_call_is_run(chat, make_tools, fmt):
+    chat.push(answer(written_call(SPARSE, {"query": "Arlen Voss born"}, fmt)), answer("Answer: Kelmor"))
+    tools = make_tools(SPARSE)
+    agent = OpenAIAgent(llm(chat.base_url), max_turns=3, text_tool_calls="parse")
+    result = await agent.run(QUESTION, tools, EventLog("t"))
+    assert tools.calls == [(SPARSE, {"query": "Arlen Voss born"})] and result.prediction == "Kelmor"
+    second = chat.chat_requests[1]["messages"]
+    assert second[-2]["tool_calls"][0]["function"]["name"] == SPARSE and second[-1]["role"] == "tool"
+
+
+async def test_a_last_reply_that_only_calls_a_tool_is_out_of_turns_never_its_text(chat, make_tools):
+    for last in (answer(written_call(SPARSE, {"query": "again"})), tool_calls((SPARSE, {"query": "again"}))):
+        chat.reset()
+        chat.push(tool_calls((SPARSE, {"query": "Arlen Voss"})), last)
+        events = EventLog("t")
+        result = await make_agent(chat.base_url, max_turns=2).run(QUESTION, make_tools(SPARSE), events)
+        assert result.out_of_turns and result.prediction == ""
+        assert chat.chat_requests[-1]["tool_choice"] == "none"
+        assert [e for e in events.events if isinstance(e, LLMOutputEvent)][-1].tool_calls == []
+
+
+def test_text_that_merely_looks_like_a_call_is_not_one():
+    assert find_text_tool_calls('{"name": "Paris"}', {SPARSE}) is None
+    assert find_text_tool_calls(written_call("another_tool", {"q": 1}), {SPARSE}) is None
+    assert find_text_tool_calls("Kelmor", {SPARSE}) is None
+    found = find_text_tool_calls("Let me look.\n" + written_call(SPARSE, {"query": "x"}), {SPARSE})
+    assert found is not None and found.rest == "Let me look." and found.calls[0].arguments == {"query": "x"}
+    qwen3 = (f"<tool_call>\n<function={SPARSE}>\n<parameter=query>\nArlen Voss\n</parameter>\n"
+             "<parameter=top_k>\n3\n</parameter>\n</function>\n</tool_call>")
+    found = find_text_tool_calls(qwen3, {SPARSE})
+    assert found is not None and found.calls[0].arguments == {"query": "Arlen Voss", "top_k": 3} and found.rest == ""
+    v11 = f'[TOOL_CALLS]{SPARSE}[ARGS]{{"query": "y"}}'
+    assert find_text_tool_calls(v11, {SPARSE}).calls[0].arguments == {"query": "y"}
+
+
+def spec(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": "Search.", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+
+
+def test_the_tool_preflight_stops_a_parserless_server_before_any_task(chat):
+    chat.text_tool_calls = "hermes"
+    with pytest.raises(ServerSetupError, match="--tool-call-parser hermes"):
+        make_agent(chat.base_url).check_tools([spec(SPARSE)])
+    [probe] = chat.chat_requests
+    assert probe["tool_choice"] == "auto" and [t["function"]["name"] for t in probe["tools"]] == [SPARSE]
+    # Parsing on the client instead: the same reply lets the run go on.
+    OpenAIAgent(llm(chat.base_url), text_tool_calls="parse").check_tools([spec(SPARSE)])
+    # A server with a parser calls the tool natively; one whose model does not call it is no proof either way.
+    chat.text_tool_calls = None
+    make_agent(chat.base_url).check_tools([spec(SPARSE)])
+    chat.push(answer("Paris"))
+    make_agent(chat.base_url).check_tools([spec(SPARSE)])
+
+
+def test_a_server_that_refuses_tool_choice_auto_fails_the_preflight_with_its_words(chat):
+    chat.push(error(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'))
+    with pytest.raises(LLMError, match=r"preflight with a tool .*--enable-auto-tool-choice"):
+        make_agent(chat.base_url).check_tools([spec(SPARSE)])
+
+
+def test_text_tool_calls_takes_refuse_or_parse():
+    with pytest.raises(ConfigError, match="agent.text_tool_calls='yes' must be one of refuse, parse"):
+        OpenAIAgent(llm("http://127.0.0.1:1/v1"), text_tool_calls="yes")
