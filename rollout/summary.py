@@ -12,8 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+BUILTIN_METRICS = ("exact_match", "f1", "contains_answer", "retrieval_recall")
+"""The metrics every run has, in display order (`rollout.report.scoring` computes them)."""
+
 Metrics = dict[str, float | None]
-"""Mean of each metric (`rollout.report.scoring.METRICS`) over some scored records; None without any."""
+"""Mean of each metric over some scored records (None without any): the built-in ones
+(`rollout.report.scoring.METRICS`), then the run's extra metrics (`rollout.report.extra_scores`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +78,89 @@ class RepeatStats:
     """Per metric, the 95% Student-t interval over the repeats' means (None when it has no value)."""
     pass_at_k: dict[str, float | None]
     """Unbiased pass@k on exact match, keyed by k ("1" .. repeats)."""
+    pass_at_k_by_metric: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """The same for each extra metric whose every value is 0 or 1 (e.g. `judge_correct`): metric → k → pass@k.
+    Empty (and absent from the file) when there is none."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "by_repeat": _groups_to_json(self.by_repeat),
             "ci95": {m: None if ci is None else list(ci) for m, ci in self.ci95.items()},
             "pass_at_k": dict(self.pass_at_k),
         }
+        if self.pass_at_k_by_metric:
+            data["pass_at_k_by_metric"] = {m: dict(at_k) for m, at_k in self.pass_at_k_by_metric.items()}
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationBin:
+    """The records whose stated confidence falls in [low, high) (the last bin holds 1.0 too)."""
+
+    low: float
+    high: float
+    n: int
+    confidence: float
+    """Mean stated confidence, 0 to 1."""
+    accuracy: float
+    """Mean correctness."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"low": self.low, "high": self.high, "n": self.n, "confidence": self.confidence,
+                "accuracy": self.accuracy}
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """How well the confidences the answers state match how often they are right (`rollout.report.calibration`)."""
+
+    n: int
+    """Scored records whose final message states a confidence (and whose correctness is known)."""
+    error: float
+    """Expected calibration error: over 10 equal bins of [0, 1], the sum of (bin size / n) * |mean confidence -
+    accuracy|; 0 is perfect, 1 the worst."""
+    correct_by: str
+    """The metric that says whether an answer is right: `judge_correct` when a scores file provides it, else
+    `exact_match`."""
+    confidence: float
+    """Mean stated confidence over the n records."""
+    accuracy: float
+    """Mean correctness over them."""
+    bins: list[CalibrationBin]
+    """The bins that hold records, low to high."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, "error": self.error, "correct_by": self.correct_by, "confidence": self.confidence,
+                "accuracy": self.accuracy, "bins": [b.to_json() for b in self.bins]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
+        return cls(n=int(data["n"]), error=float(data["error"]), correct_by=str(data["correct_by"]),
+                   confidence=float(data["confidence"]), accuracy=float(data["accuracy"]),
+                   bins=[CalibrationBin(**b) for b in data.get("bins", [])])
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringSettings:
+    """How the run was scored beyond the built-in metrics: recorded in the summary, not in the run's identity
+    (rescoring is not rerunning)."""
+
+    scorers: list[str] = field(default_factory=list)
+    """The run's own scorers (`scoring.scorers`), as configured."""
+    score_files: list[str] = field(default_factory=list)
+    """The scores files read (`scores/*.jsonl`), by name."""
+    extra_metrics: dict[str, str] = field(default_factory=dict)
+    """Each extra metric, in display order, → its source (a scores file's meta `source`, else its name)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scorers": list(self.scorers), "score_files": list(self.score_files),
+                "extra_metrics": dict(self.extra_metrics)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ScoringSettings:
+        return cls(scorers=[str(s) for s in data.get("scorers", [])],
+                   score_files=[str(f) for f in data.get("score_files", [])],
+                   extra_metrics={str(k): str(v) for k, v in (data.get("extra_metrics") or {}).items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +326,15 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)
     """What makes the numbers mean less than they seem, one sentence each with its fix: tasks out of context, tools
     offered and never called."""
+    calibration: Calibration | None = None
+    """When some scored answer states its confidence (`Confidence: 85%`)."""
+    scoring: ScoringSettings = field(default_factory=ScoringSettings)
+    """Scorers and scores files behind the extra metrics; empty in files written before they existed."""
+
+    @property
+    def extra_metrics(self) -> list[str]:
+        """The metrics beyond the built-in ones, in display order."""
+        return list(self.scoring.extra_metrics) or [m for m in self.metrics if m not in BUILTIN_METRICS]
 
     @property
     def errors(self) -> int:
@@ -294,6 +383,9 @@ class RunSummary:
             data["by_style"] = _groups_to_json(self.by_style)
         if self.accounting is not None:
             data["accounting"] = self.accounting.to_json()
+        if self.calibration is not None:
+            data["calibration"] = self.calibration.to_json()
+        data["scoring"] = self.scoring.to_json()
         return data
 
     @classmethod
@@ -304,8 +396,9 @@ class RunSummary:
         `repeats` or `deterministic_agent`: every record was scored then, and its `errors` and
         `timeouts` counts are the only statuses it knows (the rest were ok). Files written before
         accounting have no `accounting`, before finish reasons were kept no `truncated` (read as 0), before
-        degraded tools were listed no `degraded_tools`, nor, before tagged agents, `out_of_turns`; before context windows
-        were outcomes no `out_of_context`, `tools_offered` or `warnings`."""
+        degraded tools were listed no `degraded_tools`, nor, before tagged agents, `out_of_turns`; before extra metrics
+        no `scoring`, `calibration` or `pass_at_k_by_metric`; before context windows were outcomes no `out_of_context`,
+        `tools_offered` or `warnings`."""
         n = int(data["n"])
         errors, timeouts = int(data.get("errors", 0)), int(data.get("timeouts", 0))
         statuses = data.get("statuses") or {"ok": n - errors - timeouts, "error": errors, "timeout": timeouts}
@@ -332,6 +425,7 @@ class RunSummary:
                 by_repeat=_groups_from_json(data["by_repeat"]) or {},
                 ci95={m: None if ci is None else (float(ci[0]), float(ci[1])) for m, ci in data["ci95"].items()},
                 pass_at_k=dict(data["pass_at_k"]),
+                pass_at_k_by_metric={str(m): dict(at_k) for m, at_k in (data.get("pass_at_k_by_metric") or {}).items()},
             ),
             tokens=None if tokens is None else TokenUse(int(tokens["total"]), float(tokens["per_task"]),
                                                         tokens.get("cost_usd")),
@@ -341,4 +435,6 @@ class RunSummary:
             degraded_tools={str(k): str(v) for k, v in (data.get("degraded_tools") or {}).items()},
             tools_offered=data.get("tools_offered"),
             warnings=[str(w) for w in data.get("warnings") or []],
+            calibration=None if data.get("calibration") is None else Calibration.from_json(data["calibration"]),
+            scoring=ScoringSettings.from_json(data.get("scoring") or {}),
         )

@@ -1,4 +1,5 @@
-"""`python -m rollout.report tool-stats PATH...` and `... compare DIR...` (also `rollout report ...`): reports rebuilt from run folders.
+"""`python -m rollout.report tool-stats PATH...`, `... compare DIR...` and `... rescore RUN...` (also `rollout report
+...`): reports rebuilt from run folders.
 
 Subcommands are argparse subparsers, each with its own `run` function, so another report is
 one more `add_parser` call.
@@ -19,10 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from rollout.console import ReadableConsole
-from rollout.errors import NotARunFolderError, ReportError
+from rollout.errors import NotARunFolderError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
-from rollout.report.scoring import degraded_lines
+from rollout.report.rescore import rescore
+from rollout.report.scoring import degraded_lines, print_summary
 from rollout.report.tool_stats import write_tool_report
 from rollout.run_folder import STATS_DIR
 
@@ -144,6 +146,13 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def run_rescore(args: argparse.Namespace, console: Console) -> int:
+    runs = find_runs(args.paths)
+    for run in runs:
+        print_summary(rescore(run, scorers=args.scorer), run, console)
+    return 0
+
+
 def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Reports rebuilt from run folders.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -170,6 +179,20 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="score tasks that ended in error, timeout or infra_error as wrong answers (default: leave them out)",
     )
     compare.set_defaults(run=run_compare)
+    rescore_cmd = commands.add_parser(
+        "rescore",
+        help="rebuild each run's evaluation_summary.json from its trajectory, config.yaml and scores/*.jsonl "
+             "(its own scorers, a judge's scores) without rerunning it",
+    )
+    rescore_cmd.add_argument(
+        "paths", nargs="+", metavar="RUN",
+        help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment> (its run subfolders)",
+    )
+    rescore_cmd.add_argument(
+        "--scorer", action="append", metavar="NAME",
+        help="a scorer package.module:function to score with instead of the run's scoring.scorers (repeatable)",
+    )
+    rescore_cmd.set_defaults(run=run_rescore)
     return parser
 
 
@@ -179,6 +202,6 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rollout.re
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     try:
         return args.run(args, ReadableConsole())
-    except (ReportError, OSError) as e:
+    except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

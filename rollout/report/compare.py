@@ -23,6 +23,10 @@ Definitions
   value being the mean of its scored repeats. Every metric's difference (run - baseline) gets a
   percentile bootstrap 95% CI from `BOOTSTRAP_RESAMPLES` resamples of those questions, seeded so
   the same runs always give the same interval (recall pairs only questions with gold passages).
+- Extra metrics (a run's `scores/*.jsonl`: its own scorers', a judge's) are compared like the built-in ones when
+  both runs have them; one that only one run has is listed as missing on the other side.
+- calibration error is each run's own (`rollout.report.calibration`), over its scored answers that state a
+  confidence; it is not paired.
 - A flip is a question right in one run and wrong in the other, "right" meaning a repeat-averaged
   EM above 0.5 (right in most of its repeats; with one repeat, simply right).
 """
@@ -33,17 +37,19 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rollout.errors import NotARunFolderError, ReportError
+from rollout.report.calibration import CalibrationTally, correctness_metric, stated_confidence
 from rollout.report.calls import run_labels, run_mode
 from rollout.report.costs import AccountingTally
+from rollout.report.extra_scores import read_scores
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
-from rollout.summary import RunAccounting
+from rollout.summary import Calibration, RunAccounting
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +109,17 @@ class RunRow:
     accounting: RunAccounting | None = None
     """Where the run's tasks spent their time and tokens, as its summary's `accounting` (None when no record
     carries accounting)."""
+    extra: dict[str, float | None] = field(default_factory=dict)
+    """Mean of each extra metric the run has (its scores files), in their order."""
+    calibration: Calibration | None = None
+    """Calibration of the run's scored answers that state a confidence (None when none does)."""
+
+    def metric(self, name: str) -> float | None:
+        """The run's mean of a built-in or extra metric (None when it has no value, or no such metric)."""
+        return getattr(self, name) if name in METRICS else self.extra.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in METRICS or name in self.extra
 
     @property
     def total_calls_per_task(self) -> float:
@@ -134,7 +151,7 @@ class MetricDiff:
     """One metric of a run against the baseline, paired by question."""
 
     metric: str
-    """A name from `rollout.report.scoring.METRICS`."""
+    """A built-in metric (`rollout.report.scoring.METRICS`) or an extra one both runs have."""
     questions: int
     """Shared questions where both runs have a value (fewer for recall: those with gold passages)."""
     run: float | None
@@ -164,7 +181,7 @@ class PairedComparison:
     only_in_baseline: int
     """Question ids only the baseline scored."""
     metrics: dict[str, MetricDiff]
-    """Every metric's paired difference, in `METRICS` order."""
+    """Every metric's paired difference: the built-in ones, then the extra ones both runs have."""
     wrong_to_right: int
     """Shared questions the baseline got wrong and the run got right (repeat-averaged EM > 0.5)."""
     right_to_wrong: int
@@ -172,6 +189,8 @@ class PairedComparison:
     context_change: float | None = None
     """Relative change of context tokens per task, run / baseline - 1, over each run's every record (not paired;
     None unless both runs have accounting and the baseline's context is not empty)."""
+    missing: dict[str, str] = field(default_factory=dict)
+    """Extra metrics only one side has → the label of the side that lacks it."""
 
     @property
     def not_shared(self) -> int:
@@ -220,13 +239,25 @@ class Comparison:
     """Whether failed records were scored as wrong answers (else left out)."""
 
     @property
+    def metrics(self) -> list[str]:
+        """Every metric some run has: the built-in ones, then the extra ones in the order the runs name them."""
+        return list(dict.fromkeys([*METRICS, *(m for r in self.rows for m in r.extra)]))
+
+    @property
+    def with_calibration(self) -> bool:
+        return any(r.calibration is not None for r in self.rows)
+
+    @property
     def tools(self) -> list[str]:
         """Every tool name any run called, sorted."""
         return sorted({t for r in self.rows for t in r.calls_per_task})
 
+    def row(self, label: str) -> RunRow:
+        return next(r for r in self.rows if r.label == label)
+
     @property
     def baseline_row(self) -> RunRow:
-        return next(r for r in self.rows if r.label == self.baseline)
+        return self.row(self.baseline)
 
     @property
     def with_accounting(self) -> bool:
@@ -289,7 +320,10 @@ def _question_means(values: dict[str, list[float]]) -> dict[str, float | None]:
 def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _ScoredRun:
     seen: set[tuple[str, int]] = set()
     per_question: dict[str, dict[str, list[float]]] = {}
-    metrics: dict[str, list[float]] = {m: [] for m in METRICS}
+    extra = read_scores(run_dir)
+    names = (*METRICS, *extra.metrics)
+    metrics: dict[str, list[float]] = {m: [] for m in names}
+    calibration = CalibrationTally(correctness_metric(names))
     calls: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
     truncated = out_of_turns = out_of_context = 0
@@ -297,24 +331,25 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     tokens: list[float] = []
     accounting = AccountingTally()
     duplicates = repeats = 0
-    for task in iter_trajectory(run_dir):
+    for task in iter_trajectory(run_dir, keep=("messages",)):  # the final message states the confidence
         if task.key in seen:  # resume keeps one line per (id, repeat); a second one is stale, as there
             duplicates += 1
             continue
         seen.add(task.key)
         accounting.add(task)
         repeats = max(repeats, task.repeat + 1)
-        s = score_task(task, score_failed=score_failed)
+        s = score_task(task, score_failed=score_failed, extra=extra)
         statuses[task.status] += 1
         truncated += s["truncated"]
         out_of_turns += s["out_of_turns"]
         out_of_context += s["out_of_context"]
         if s["scored"]:
-            question = per_question.setdefault(task.id, {m: [] for m in METRICS})
+            question = per_question.setdefault(task.id, {m: [] for m in names})
             for key, values in metrics.items():
                 if s[key] is not None:
                     values.append(s[key])
                     question[key].append(s[key])
+            calibration.add(stated_confidence(task.messages, task.prediction), s[calibration.correct_by])
         calls.update(c.name for c in task.tool_calls)
         latencies += [float(c.latency_ms) for c in task.tool_calls]
         if s["total_tokens"] is not None:
@@ -325,7 +360,8 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     n = len(seen)
     row = RunRow(
         label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n, scored=len(metrics["exact_match"]),
-        repeats=repeats, **{key: _mean(values) for key, values in metrics.items()},
+        repeats=repeats, **{key: _mean(metrics[key]) for key in METRICS},
+        extra={key: _mean(metrics[key]) for key in extra.metrics}, calibration=calibration.summary(),
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),
         errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
@@ -392,7 +428,10 @@ def pair(run: _ScoredRun, base: _ScoredRun, *, resamples: int, seed: int) -> Pai
     shared = [q for q in base.questions if q in run.questions]  # baseline order: the same ids give the same resamples
     only_run = sum(q not in base.questions for q in run.questions)
     only_base = len(base.questions) - len(shared)
-    diffs = {m: _metric_diff(m, run, base, shared, resamples=resamples, seed=seed) for m in METRICS}
+    both = [m for m in dict.fromkeys([*base.row.extra, *run.row.extra]) if base.row.has(m) and run.row.has(m)]
+    diffs = {m: _metric_diff(m, run, base, shared, resamples=resamples, seed=seed) for m in (*METRICS, *both)}
+    missing = {m: base.row.label for m in run.row.extra if m not in base.row.extra}
+    missing |= {m: run.row.label for m in base.row.extra if m not in run.row.extra}
     right_run = np.array([run.questions[q]["exact_match"] > RIGHT_ABOVE for q in shared], dtype=bool)
     right_base = np.array([base.questions[q]["exact_match"] > RIGHT_ABOVE for q in shared], dtype=bool)
     return PairedComparison(
@@ -400,6 +439,7 @@ def pair(run: _ScoredRun, base: _ScoredRun, *, resamples: int, seed: int) -> Pai
         only_in_run=only_run, only_in_baseline=only_base, metrics=diffs,
         wrong_to_right=int((~right_base & right_run).sum()), right_to_wrong=int((right_base & ~right_run).sum()),
         context_change=relative_change(run.row.context_tokens_per_task, base.row.context_tokens_per_task),
+        missing=missing,
     )
 
 

@@ -1,8 +1,8 @@
 """comparison.png: answer quality per mode, the paired metric differences with their CIs, and tool use.
 
-Panels, left to right: EM / F1 / contains-answer per mode as grouped bars; each mode's difference
-from the baseline in every metric (EM, F1, contains, recall) with its paired bootstrap 95% CI
-(only when there is something to pair);
+Panels, left to right: EM / F1 / contains-answer per mode as grouped bars, then each extra metric whose values
+lie in [0, 1]; each mode's difference from the baseline in every metric both have (EM, F1, contains, recall, then
+the extra ones) with its paired bootstrap 95% CI (only when there is something to pair);
 tool calls per task stacked by tool. Drawn with matplotlib's Agg backend, so it works without a
 display (on a cluster node, inside a Hydra sweep).
 """
@@ -19,12 +19,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from rollout.report.compare import CI_LEVEL, Comparison  # noqa: E402
+from rollout.report.scoring import ANSWER_METRICS, METRICS, metric_label  # noqa: E402
 
-METRICS = (("exact_match", "EM"), ("f1", "F1"), ("contains_answer", "contains"))
-METRIC_COLORS = ("#4C72B0", "#55A868", "#C44E52")
-DIFF_METRICS = (*METRICS, ("retrieval_recall", "recall"))
-"""Metrics of the difference panel, top to bottom within a mode."""
-DIFF_MARKERS = ("o", "s", "^", "D")
+METRIC_COLORS = ("#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#937860")
+"""Bar colors of the metrics panel, in metric order (they repeat past the seventh)."""
+DIFF_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 BETTER, WORSE, UNCLEAR = "#2E7D32", "#C62828", "#616161"
 """CI above zero, below zero, or across it."""
 
@@ -38,36 +37,45 @@ def _set_mode_ticks(ax: Axes, c: Comparison) -> None:
     ax.set_xticks(range(len(c.rows)), _mode_ticks(c), rotation=20 if crowded else 0, ha="right" if crowded else "center")
 
 
+def _bar_metrics(c: Comparison) -> list[str]:
+    """EM, F1, contains, then the extra metrics whose every value lies in [0, 1] (they share the axis)."""
+    extra = [m for m in c.metrics if m not in METRICS
+             and all(0.0 <= (r.extra.get(m) or 0.0) <= 1.0 for r in c.rows)]
+    return [*ANSWER_METRICS, *extra]
+
+
 def _metrics_panel(ax: Axes, c: Comparison) -> None:
     labels = [r.label for r in c.rows]
-    width = 0.8 / len(METRICS)
-    for j, ((key, name), color) in enumerate(zip(METRICS, METRIC_COLORS, strict=True)):
-        xs = [i + (j - (len(METRICS) - 1) / 2) * width for i in range(len(labels))]
-        values = [getattr(r, key) or 0.0 for r in c.rows]
-        bars = ax.bar(xs, values, width, label=name, color=color)
+    metrics = _bar_metrics(c)
+    width = 0.8 / len(metrics)
+    for j, key in enumerate(metrics):
+        xs = [i + (j - (len(metrics) - 1) / 2) * width for i in range(len(labels))]
+        values = [r.metric(key) or 0.0 for r in c.rows]
+        bars = ax.bar(xs, values, width, label=metric_label(key), color=METRIC_COLORS[j % len(METRIC_COLORS)])
         ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
     _set_mode_ticks(ax, c)
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("score (mean over scored tasks)")
     ax.set_title("answer quality per mode")
-    ax.legend(loc="upper left", ncols=3, fontsize=8, frameon=False)
+    ax.legend(loc="upper left", ncols=min(len(metrics), 4), fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
 
 
 def _diff_panel(ax: Axes, c: Comparison) -> None:
     pairs = [p for p in c.pairs if any(d.diff is not None for d in p.metrics.values())]
     ys = list(range(len(pairs)))[::-1]  # first pair on top, as in the tables
-    step = 0.8 / len(DIFF_METRICS)
+    rows = max(len(p.metrics) for p in pairs) if pairs else 1
+    step = 0.8 / rows
     bound = 0.05
     for y, p in zip(ys, pairs, strict=True):
-        for j, (key, name) in enumerate(DIFF_METRICS):
-            d = p.metrics[key]
+        for j, (key, d) in enumerate(p.metrics.items()):
             if d.diff is None:
                 continue
-            at = y + ((len(DIFF_METRICS) - 1) / 2 - j) * step  # EM on top within its mode
+            name = metric_label(key)
+            at = y + ((rows - 1) / 2 - j) * step  # EM on top within its mode
             color = BETTER if d.ci_low > 0 else WORSE if d.ci_high < 0 else UNCLEAR
             ax.errorbar(d.diff, at, xerr=[[d.diff - d.ci_low], [d.ci_high - d.diff]],
-                        fmt=DIFF_MARKERS[j], color=color, capsize=3, markersize=5)
+                        fmt=DIFF_MARKERS[j % len(DIFF_MARKERS)], color=color, capsize=3, markersize=5)
             ax.annotate(f"{name} {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]", (d.ci_high, at),
                         xytext=(4, 0), textcoords="offset points", va="center", fontsize=6, color=color)
             bound = max(bound, abs(d.ci_low), abs(d.ci_high))

@@ -14,7 +14,7 @@ from typing import Any
 from rollout.report.compare import CI_LEVEL, RIGHT_ABOVE, Comparison, MetricDiff, PairedComparison, RunRow
 from rollout.report.compare_costs import plot_costs
 from rollout.report.compare_plot import plot_comparison
-from rollout.report.scoring import METRIC_NAMES
+from rollout.report.scoring import METRICS, metric_label
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +53,12 @@ def pair_sentence(p: PairedComparison) -> str:
         f"{_signed(p.ci_high)}] on {p.shared} shared questions; {p.wrong_to_right} wrong→right, "
         f"{p.right_to_wrong} right→wrong"
     )
-    others = [f"{METRIC_NAMES[m]} {_signed(d.diff)} {_ci(d)}" for m, d in p.metrics.items()
+    others = [f"{metric_label(m)} {_signed(d.diff)} {_ci(d)}" for m, d in p.metrics.items()
               if m != "exact_match" and d.diff is not None]
     if others:
         text += "; " + ", ".join(others)
+    if p.missing:
+        text += "; " + ", ".join(f"{m} missing in {side}" for m, side in p.missing.items())
     if p.context_change is not None:
         text += f"; context tokens per task {_percent(p.context_change)}"
     if p.not_shared:
@@ -90,12 +92,15 @@ def comparison_tables(c: Comparison) -> list[Table]:
     """The comparison's tables: per mode, tool calls per task, and against the baseline (every
     metric with its CI, then the flips)."""
     costs = _cost_columns(c)
+    names = c.metrics
+    calibration = ["calibration error"] if c.with_calibration else []
     metrics = (
         "per mode",
-        ["mode", "tasks", "scored", "EM", "F1", "contains", "recall", "calls/task", "tool p50 ms", "tool p95 ms",
-         "errors", "timeouts", "infra", "truncated", "out of turns", "out of ctx", "tokens/task", *costs],
-        [[r.label, str(r.tasks), str(r.scored), _num(r.exact_match), _num(r.f1), _num(r.contains_answer),
-          _num(r.retrieval_recall), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
+        ["mode", "tasks", "scored", *map(metric_label, names), *calibration, "calls/task", "tool p50 ms",
+         "tool p95 ms", "errors", "timeouts", "infra", "truncated", "out of turns", "out of ctx", "tokens/task",
+         *costs],
+        [[r.label, str(r.tasks), str(r.scored), *(_num(r.metric(m)) if r.has(m) else "missing" for m in names),
+          *([_calibration_cell(r)] if calibration else []), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
           _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), str(r.truncated),
           str(r.out_of_turns), str(r.out_of_context), _num(r.tokens_per_task, 1),
           *(cell(r) for cell in costs.values())]
@@ -111,8 +116,13 @@ def comparison_tables(c: Comparison) -> list[Table]:
     paired = (
         f"against {c.baseline} (paired on shared questions, repeats averaged)",
         ["mode", "metric", "questions", c.baseline, "mode value", "Δ", f"{100 * CI_LEVEL:.0f}% CI"],
-        [[p.label, METRIC_NAMES[m], str(d.questions), _num(d.baseline), _num(d.run), _signed(d.diff), _ci(d)]
-         for p in c.pairs for m, d in p.metrics.items()],
+        [row for p in c.pairs for row in (
+            *([p.label, metric_label(m), str(d.questions), _num(d.baseline), _num(d.run), _signed(d.diff), _ci(d)]
+              for m, d in p.metrics.items()),
+            *([p.label, m, "-", *(_num(c.row(label).metric(m)) if label != side else f"missing in {side}"
+                                  for label in (c.baseline, p.label)), "-", "-"]
+              for m, side in p.missing.items()),
+        )],
     )
     flips = (
         f"flips against {c.baseline} (EM)",
@@ -120,6 +130,12 @@ def comparison_tables(c: Comparison) -> list[Table]:
         [[p.label, str(p.shared), str(p.wrong_to_right), str(p.right_to_wrong), str(p.not_shared)] for p in c.pairs],
     )
     return [metrics, calls, paired, flips] if c.pairs else [metrics, calls]
+
+
+def _calibration_cell(r: RunRow) -> str:
+    """E.g. "0.300 (n=6, judge_correct)"; "-" when no answer states a confidence."""
+    cal = r.calibration
+    return "-" if cal is None else f"{cal.error:.3f} (n={cal.n}, {cal.correct_by})"
 
 
 def _md_cell(text: str) -> str:
@@ -178,16 +194,19 @@ def _costs(c: Comparison, r: RunRow) -> dict[str, float | None]:
 
 def _write_csv(c: Comparison, path: Path) -> None:
     """The per-mode table, one row per run, tool calls per task in a column per tool, then the accounting."""
-    fields = ["label", "mode", "run_dir", "tasks", "scored", "repeats", "exact_match", "f1", "contains_answer",
-              "retrieval_recall", *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
-              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "out_of_turns", "out_of_context",
-              "tokens_per_task",
+    extra = [m for m in c.metrics if m not in METRICS]
+    fields = ["label", "mode", "run_dir", "tasks", "scored", "repeats", *METRICS, *extra, "calibration_error",
+              *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
+              "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "out_of_turns",
+              "out_of_context", "tokens_per_task",
               *_costs(c, c.rows[0])]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for r in c.rows:
-            row = {k: v for k, v in asdict(r).items() if k not in ("calls_per_task", "accounting")}
+            row = {k: v for k, v in asdict(r).items() if k not in ("calls_per_task", "accounting", "extra", "calibration")}
+            row |= {m: r.extra.get(m) for m in extra}
+            row["calibration_error"] = None if r.calibration is None else r.calibration.error
             row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools} | _costs(c, r)
             writer.writerow({**row, "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task})
 

@@ -20,6 +20,12 @@ are the mean over every scored record. With more than one repeat the summary add
 since N is small and each repeat's mean is itself an average of many tasks; clipped to [0, 1]) and `pass_at_k` for
 k = 1..N (Chen et al. 2021's unbiased estimator on exact match, per question then averaged over
 the questions with at least k scored records).
+
+Extra metrics: a run's scores files (`scores/*.jsonl`, `rollout.report.extra_scores`: its own scorers', a judge's)
+add metrics after the built-in ones. They join `metrics`, `by_repeat`, `by_hops`, `by_style` and `ci95` alike, over
+the scored records that have a value; an extra metric whose every value is 0 or 1 gets its pass@k too
+(`pass_at_k_by_metric`). When answers state their confidence (`Confidence: 85%`), `calibration` says how well it
+matches their correctness (`rollout.report.calibration`).
 """
 
 from __future__ import annotations
@@ -39,19 +45,30 @@ from rollout.accounting import AGENT
 from rollout.agents.context_window import FIX as CONTEXT_FIX
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
+from rollout.report.calibration import CalibrationTally, calibration_line, correctness_metric, stated_confidence
 from rollout.report.costs import AccountingTally
+from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
-from rollout.summary import RepeatStats, RunAccounting, RunSummary, TokenUse, ToolUse
+from rollout.summary import (
+    BUILTIN_METRICS,
+    RepeatStats,
+    RunAccounting,
+    RunSummary,
+    ScoringSettings,
+    TokenUse,
+    ToolUse,
+)
 
 logger = logging.getLogger(__name__)
 
-ANSWER_METRICS = ("exact_match", "f1", "contains_answer")
+METRICS = BUILTIN_METRICS
+"""The built-in metrics of `evaluation_summary.json` and of a comparison, in display order; a run's extra metrics
+follow them."""
+ANSWER_METRICS = METRICS[:3]
 """Metrics of the final answer: 0 for a failed task that is scored."""
-METRICS = (*ANSWER_METRICS, "retrieval_recall")
-"""Every metric of `evaluation_summary.json` and of a comparison, in display order."""
 METRIC_NAMES = {"exact_match": "EM", "f1": "F1", "contains_answer": "contains", "retrieval_recall": "recall"}
-"""Short names of `METRICS` in tables and sentences."""
+"""Short names of `METRICS` in tables and sentences; an extra metric shows under its own name (`metric_label`)."""
 STATUSES: tuple[str, ...] = get_args(TaskStatus)
 """Every task status, in the order `statuses` lists them."""
 FAILED_STATUSES = tuple(s for s in STATUSES if s != "ok")
@@ -60,14 +77,19 @@ CI_LEVEL = 0.95
 """Level of the CI over repeats."""
 
 
+def metric_label(metric: str) -> str:
+    """A metric's name in tables and sentences: the short name of a built-in one, else its own."""
+    return METRIC_NAMES.get(metric, metric)
+
+
 def is_scored(status: str, *, score_failed: bool = False) -> bool:
     """Whether a task with this status enters the metrics."""
     return status == "ok" or score_failed
 
 
-def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
-    """One task's metrics and tool usage. The metrics are None when the task is not scored (it
-    failed and `score_failed` is off); a failed task that is scored gets 0 for its answer."""
+def score_task(r: TaskResult, *, score_failed: bool = False, extra: ExtraScores | None = None) -> dict[str, Any]:
+    """One task's metrics and tool usage, then its `extra` metrics. The metrics are None when the task is not
+    scored (it failed and `score_failed` is off); a failed task that is scored gets 0 for its answer."""
     scored = is_scored(r.status, score_failed=score_failed)
     answered = r.status == "ok"
     # Gold ids may name passages or, for chunked corpora, their source documents.
@@ -92,7 +114,7 @@ def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
         "cost_usd": r.usage.get("cost_usd"),
         "hops": r.metadata.get("hops"),
         "style": r.metadata.get("style"),
-    }
+    } | ({} if extra is None else {m: v if scored else None for m, v in extra.of(r.key).items()})
 
 
 def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
@@ -111,8 +133,10 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float,
 class _Tally:
     """Everything the summary needs, added record by record (see `rollout.report.running`)."""
 
-    def __init__(self, score_failed: bool) -> None:
+    def __init__(self, score_failed: bool, extra: ExtraScores) -> None:
         self.score_failed = score_failed
+        self.extra = extra
+        self.metrics = (*METRICS, *extra.metrics)
         self.n = 0
         self.statuses: Counter[str] = Counter()
         self.truncated = 0
@@ -123,16 +147,19 @@ class _Tally:
         self.calls: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.call_count = 0
-        self.scored = Slice(METRICS)
+        self.scored = Slice(self.metrics)
         self.by_repeat: dict[int, Slice] = {}
-        self.by = {key: Grouped(METRICS) for key in ("hops", "style")}
+        self.by = {key: Grouped(self.metrics) for key in ("hops", "style")}
         self.right = CorrectPerQuestion()
+        self.right_by = {m: CorrectPerQuestion() for m in extra.metrics}
+        """Per extra metric, for its pass@k: dropped once a value other than 0 or 1 is met."""
+        self.calibration = CalibrationTally(correctness_metric(self.metrics))
         self.tokens = ExactSum()
         self.cost = ExactSum()
         self.accounting = AccountingTally()
 
     def add(self, r: TaskResult) -> None:
-        row = score_task(r, score_failed=self.score_failed)
+        row = score_task(r, score_failed=self.score_failed, extra=self.extra)
         self.n += 1
         self.accounting.add(r)
         self.statuses[r.status] += 1
@@ -155,11 +182,17 @@ class _Tally:
             return
         self.scored.add(row)
         if (repeat := self.by_repeat.get(r.repeat)) is None:
-            repeat = self.by_repeat[r.repeat] = Slice(METRICS)
+            repeat = self.by_repeat[r.repeat] = Slice(self.metrics)
         repeat.add(row)
         for key, grouped in self.by.items():
             grouped.add(row[key], row)
         self.right.add(r.id, row["exact_match"])
+        for m in list(self.right_by):
+            if row[m] not in (None, 0.0, 1.0):
+                del self.right_by[m]
+            elif row[m] is not None:
+                self.right_by[m].add(r.id, row[m])
+        self.calibration.add(stated_confidence(r.messages, r.prediction), row[self.calibration.correct_by])
 
     def repeat_stats(self, repeats: int) -> RepeatStats:
         """by_repeat, ci95 and pass_at_k of a run with `repeats` > 1."""
@@ -167,23 +200,31 @@ class _Tally:
         # Unrounded per-repeat means feed the interval.
         repeat_means = [self.by_repeat[k].means() for k in sorted(self.by_repeat)]
         ci: dict[str, tuple[float, float] | None] = {}
-        for m in METRICS:
+        for m in self.metrics:
             interval = t_interval([means[m] for means in repeat_means if means[m] is not None])
-            # Every metric lies in [0, 1]: so does its interval (a t-interval over few repeats can overshoot).
-            ci[m] = None if interval is None else (round(max(interval[0], 0.0), 4), round(min(interval[1], 1.0), 4))
-        per_question = self.right.tries_and_right()
-        at_k: dict[str, float | None] = {}
-        for k in range(1, repeats + 1):
-            eligible = [(pass_at_k(n, c, k), count) for (n, c), count in per_question.items() if n >= k]
-            questions = sum(count for _, count in eligible)
-            at_k[str(k)] = round(math.fsum(v * count for v, count in eligible) / questions, 4) if questions else None
-        return RepeatStats(by_repeat=by_repeat, ci95=ci, pass_at_k=at_k)
+            # A t-interval over few repeats can overshoot the range of the values.
+            if interval is not None and m in METRICS:  # these lie in [0, 1]: so do their intervals
+                interval = (max(interval[0], 0.0), min(interval[1], 1.0))
+            ci[m] = None if interval is None else (round(interval[0], 4), round(interval[1], 4))
+        return RepeatStats(by_repeat=by_repeat, ci95=ci, pass_at_k=_pass_at_k(self.right, repeats),
+                           pass_at_k_by_metric={m: _pass_at_k(right, repeats) for m, right in self.right_by.items()})
+
+
+def _pass_at_k(right: CorrectPerQuestion, repeats: int) -> dict[str, float | None]:
+    """pass@k for k = 1..repeats, averaged over the questions with at least k records."""
+    per_question = right.tries_and_right()
+    at_k: dict[str, float | None] = {}
+    for k in range(1, repeats + 1):
+        eligible = [(pass_at_k(n, c, k), count) for (n, c), count in per_question.items() if n >= k]
+        questions = sum(count for _, count in eligible)
+        at_k[str(k)] = round(math.fsum(v * count for v, count in eligible) / questions, 4) if questions else None
+    return at_k
 
 
 def summarize(
     results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True,
     score_failed: bool = False, deterministic_agent: bool | None = None, degraded_tools: dict[str, str] | None = None,
-    tools_offered: int | None = None,
+    extra: ExtraScores | None = None, scorers: Sequence[str] = (), tools_offered: int | None = None,
 ) -> RunSummary:
     """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
     overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens, where the tasks'
@@ -192,8 +233,13 @@ def summarize(
 
     `score_failed` scores failed tasks as wrong answers instead of leaving them out;
     `deterministic_agent`, `degraded_tools` (name → reason, as the gateway listed the tools) and `tools_offered` (how
-    many) are copied as is: the caller knows whether the agent samples, and which tools it was offered."""
-    tally = _Tally(score_failed)
+    many) are copied as is: the caller knows whether the agent samples, and which tools it was offered. `extra` holds
+    the run's scores files (`read_scores`), `scorers` the run's own scorers as configured (recorded in `scoring`).
+
+    Calibration reads each record's messages: records read without them (`iter_trajectory` drops them unless
+    kept) are calibrated from their prediction alone."""
+    extra = extra or ExtraScores()
+    tally = _Tally(score_failed, extra)
     for r in results:
         tally.add(r)
     repeats = tally.max_repeat + 1
@@ -230,6 +276,9 @@ def summarize(
         degraded_tools=dict(degraded_tools or {}),
         tools_offered=tools_offered,
         warnings=_warnings(tally, tools_offered),
+        calibration=tally.calibration.summary(),
+        scoring=ScoringSettings(scorers=list(scorers), score_files=list(extra.files),
+                                extra_metrics={m: extra.sources[m] for m in extra.metrics}),
     )
 
 
@@ -258,10 +307,12 @@ def _repeats_line(summary: RunSummary) -> str | None:
     if summary.repeats <= 1 or stats is None:
         return None
     parts = [f"{summary.repeats} repeats"]
-    for m, name in METRIC_NAMES.items():
-        if (ci := stats.ci95.get(m)) is not None:
-            parts.append(f"{name} {100 * CI_LEVEL:.0f}% CI [{ci[0]:.3f}, {ci[1]:.3f}]")
+    for m, ci in stats.ci95.items():
+        if ci is not None:
+            parts.append(f"{metric_label(m)} {100 * CI_LEVEL:.0f}% CI [{ci[0]:.3f}, {ci[1]:.3f}]")
     parts += [f"pass@{k} {_fmt(v)}" for k, v in stats.pass_at_k.items()]
+    for m, at_k in stats.pass_at_k_by_metric.items():
+        parts += [f"{metric_label(m)} pass@{k} {_fmt(v)}" for k, v in at_k.items()]
     if summary.deterministic_agent:
         parts.append("agent is deterministic")
     return " · ".join(parts)
@@ -320,15 +371,17 @@ def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = 
     partial = "" if summary.complete else " (interrupted)"
     counted = f"{summary.n} tasks" if summary.scored == summary.n else f"{summary.n} tasks, {summary.scored} scored"
     table = Table(title=f"rollout · mode={summary.mode} · {counted}{partial}", title_justify="left")
-    for col in ("EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "out of ctx",
-                "time (s)"):
+    metrics = [*METRICS, *summary.extra_metrics]
+    for col in (*map(metric_label, metrics), "errors", "timeouts", "infra", "truncated", "out of ctx", "time (s)"):
         table.add_column(col, justify="right")
     table.add_row(
-        _fmt(m["exact_match"]), _fmt(m["f1"]), _fmt(m["contains_answer"]), _fmt(m["retrieval_recall"]),
+        *(_fmt(m.get(metric)) for metric in metrics),
         str(summary.errors), str(summary.timeouts), str(summary.infra_errors), str(summary.truncated),
         str(summary.out_of_context), f"{summary.wall_time_s:.1f}",
     )
     console.print(table)
+    if summary.calibration is not None:
+        console.print(calibration_line(summary.calibration), markup=False, highlight=False)
     if line := _repeats_line(summary):
         console.print(line, markup=False, highlight=False)
     console.print(_tools_table(summary))

@@ -97,6 +97,9 @@ class RunConfig:
     """The `llm:` block; the gateway's filter and answer tools use it when `llm.model` is set."""
     overrides: tuple[str, ...] = ()
     """The command-line overrides that change the run's identity (they name the default output folder)."""
+    scorers: tuple[str, ...] = ()
+    """`scoring.scorers`: the user's own scorers (`package.module:function`, `rollout.report.user_scorers`). Not
+    part of the run's identity: scoring again is not running again."""
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
@@ -130,6 +133,7 @@ class RunConfig:
                 tokenizer=c.get("tokenizer"),
                 llm=c.get("llm"),
                 overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"])),
+                scorers=_scorers(c.get("scoring")),
             )
         except TypeError as e:
             raise ConfigError(f"unexpected config key: {e}. Check your overrides against conf/") from e
@@ -159,7 +163,19 @@ class RunConfig:
         d = asdict(self)
         if d["gateway"].get("auth_token"):
             d["gateway"]["auth_token"] = "***"  # config.yaml lands in the result folder; the secret does not
+        d["scoring"] = {"scorers": list(d.pop("scorers"))}  # as conf/config.yaml names it
         return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
+
+
+def _scorers(scoring: Any) -> tuple[str, ...]:
+    """`scoring.scorers` as a tuple of names; a `ConfigError` when it is not a list of them."""
+    scorers = (scoring or {}).get("scorers") if isinstance(scoring, dict) else scoring
+    if scorers is None:
+        return ()
+    if isinstance(scorers, str) or not isinstance(scorers, list | tuple):
+        raise ConfigError(f"scoring.scorers={scorers!r} must be a list, e.g. "
+                          "'scoring.scorers=[rollout.report.example_scorers:gold_share]'")
+    return tuple(str(s) for s in scorers)
 
 
 def resolve_project_path(path: str | Path) -> Path:

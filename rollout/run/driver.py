@@ -29,7 +29,9 @@ from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskResult
 from rollout.report import write_tool_report
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
+from rollout.report.scoring import print_summary
+from rollout.report.user_scorers import load_scorers
 from rollout.run.config import RunConfig
 from rollout.run.dataset import prepare_data
 from rollout.run.gateway_process import GatewayProcess
@@ -46,8 +48,6 @@ from rollout.run_folder import (
     TRAJECTORY_FILE,
     RunTools,
     append_task,
-    iter_trajectory,
-    write_summary,
     write_tools,
 )
 from rollout.view.progress import RunProgress
@@ -238,6 +238,7 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
     plan_gateway(gateway_file)  # an unknown tool group fails here, before data, gateway or Ray
     keep_rag_modules(gateway_file, cfg.gateway_config_path)  # and a file that leaves the agent no tool
     agent = check_agent(cfg)
+    load_scorers(cfg.scorers)  # a scorer that does not import fails now, not once every task has run
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     out = cfg.output_dir
     (out / STATS_DIR).mkdir(parents=True, exist_ok=True)
@@ -304,14 +305,14 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
         write_tool_report(out)
     # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be
     # tasks this run no longer asks.
-    summary = summarize(
-        (r for r in iter_trajectory(out / TRAJECTORY_FILE) if r.key not in resumed.not_asked),
-        mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
-        wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
-        score_failed=cfg.score_failed, deterministic_agent=getattr(agent, "deterministic", None),
-        degraded_tools=degraded_tools, tools_offered=len(tool_specs),
+    summary = score_folder(
+        out, ScoringConfig(mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
+                           score_failed=cfg.score_failed, scorers=cfg.scorers),
+        RunFacts(wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
+                 deterministic_agent=getattr(agent, "deterministic", None), degraded_tools=degraded_tools,
+                 tools_offered=len(tool_specs)),
+        asked=lambda key: key not in resumed.not_asked,
     )
-    write_summary(out, summary)
     for warning in summary.warnings:
         logger.warning("%s", warning)
     timeline.mark("scored")

@@ -22,8 +22,11 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from rollout.errors import ReportError
 from rollout.report.compare import Comparison, compare_runs, distinct_labels
+from rollout.report.extra_scores import ExtraScores, read_scores
 from rollout.report.scoring import STATUSES, t_interval
+from rollout.summary import Calibration
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
 from rollout.view.index import TrajectoryIndex
 
@@ -91,6 +94,8 @@ class RunSummaryView:
     complete: bool | None
     """The run's evaluation_summary.json says it finished every task (None before it is written)."""
     degraded_tools: dict[str, str]
+    calibration: Calibration | None
+    """From the run's evaluation_summary.json (None before it is written, or when no answer states a confidence)."""
     duplicates: int
     problems: list[str]
     skipped: int
@@ -148,9 +153,33 @@ def run_summary(run: Run) -> RunSummaryView:
     """The summary box: its figures over every task computed once per state of the index, the run's
     evaluation_summary.json (written when it ends) read each time."""
     summary = read_summary(run.folder)
-    return replace(run.index.memo("summary", lambda: _task_summary(run)),
+    view = run.index.memo("summary", lambda: _task_summary(run))
+    return replace(view, metrics=view.metrics + _extra_metrics(run, scores(run)),
                    complete=None if summary is None else summary.complete,
-                   degraded_tools={} if summary is None else dict(summary.degraded_tools))
+                   degraded_tools={} if summary is None else dict(summary.degraded_tools),
+                   calibration=None if summary is None else summary.calibration)
+
+
+def scores(run: Run) -> ExtraScores:
+    """The run's scores files, read each time: a judge or a rescore may write them while the viewer serves."""
+    try:
+        return read_scores(run.folder)
+    except ReportError as e:
+        logger.warning("%s", e)
+        return ExtraScores()
+
+
+def _extra_metrics(run: Run, extra: ExtraScores) -> list[Metric]:
+    """Each extra metric over the run's scored tasks (those with an EM), as the built-in ones."""
+    cols = run.index.columns
+    ids, n = cols["id"], len(run.index)
+    one_each = len(set(ids)) == n
+    values = {m: [None] * n for m in extra.metrics}  # type: dict[str, list[float | None]]
+    for i, key in enumerate(zip(ids, cols["repeat"], strict=True)):
+        if cols["em"][i] is not None:
+            for m, v in extra.of(key).items():
+                values[m][i] = v
+    return [_metric(m, ids, v, one_per_question=one_each) for m, v in values.items()]
 
 
 def _task_summary(run: Run) -> RunSummaryView:
@@ -176,7 +205,7 @@ def _task_summary(run: Run) -> RunSummaryView:
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),
         cost_per_task=_mean([c for c in cols["cost"] if c is not None]),
         time_split=time_split, calls_per_task=(sum(cols["calls"]) / n) if n else 0.0,
-        complete=None, degraded_tools={},  # from the evaluation summary, by `run_summary`
+        complete=None, degraded_tools={}, calibration=None,  # from the evaluation summary, by `run_summary`
         duplicates=run.index.duplicates, problems=list(run.index.problems), skipped=run.index.skipped,
     )
 

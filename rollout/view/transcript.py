@@ -20,6 +20,7 @@ from rollout.events import (
     ToolResultEvent,
 )
 from rollout.records import TaskResult, ToolCallRecord
+from rollout.report.extra_scores import ExtraScores
 from rollout.relevance_view import is_relevance_view
 from rollout.view.index import TrajectoryIndex
 from rollout.view.render import finish_note
@@ -94,6 +95,8 @@ class TaskView:
     em: float | None
     f1: float | None
     recall: float | None
+    extra: dict[str, float | None]
+    """The task's extra metrics (the run's scores files); None where it has no value or is not scored."""
     timeline: list[TimelineEntry]
     docs: list[RetrievedDoc]
     missed_gold: list[str]
@@ -115,7 +118,8 @@ def _call_text(name: str, arguments: Any) -> str:
     return f"{name}({args})"
 
 
-def task_view(index: TrajectoryIndex, i: int) -> TaskView:
+def task_view(index: TrajectoryIndex, i: int, extra: ExtraScores | None = None) -> TaskView:
+    """The task page of row `i`; `extra` holds the run's scores files."""
     record = index.read_record(i)  # read and parsed once: the page shows both the task and its line
     task = index.read_task(i, record)
     gold = _gold(task)
@@ -151,7 +155,10 @@ def task_view(index: TrajectoryIndex, i: int) -> TaskView:
     docs, chart = _retrieved(task.tool_calls, gold)
     seen = {d.doc_id for d in docs} | {i for c in task.tool_calls for i in c.result_doc_ids}
     cols = index.columns
-    return TaskView(task=task, em=cols["em"][i], f1=cols["f1"][i], recall=cols["recall"][i], timeline=timeline,
+    scored = cols["em"][i] is not None
+    extra = {m: v if scored else None for m, v in (extra or ExtraScores()).of(task.key).items()}
+    return TaskView(task=task, em=cols["em"][i], f1=cols["f1"][i], recall=cols["recall"][i], extra=extra,
+                    timeline=timeline,
                     docs=docs, missed_gold=sorted(gold - seen), chart=chart, record_json=_json(record))
 
 

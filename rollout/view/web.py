@@ -40,6 +40,7 @@ from rollout.view.pages import (
     fmt,
     grid,
     run_summary,
+    scores,
     tool_names,
     tool_table,
 )
@@ -161,7 +162,7 @@ class Viewer:
     def task_section(self, run: Run, row: int, query: TableQuery, *, page_id: str = "task", route: str = "",
                      around: tuple[int | None, int | None] = (None, None)) -> str:
         return self.render("task.html.j2", page_id=page_id, route=route, run=run, row=row, query=query,
-                           view=task_view(run.index, row), prev=around[0], next=around[1])
+                           view=task_view(run.index, row, scores(run)), prev=around[0], next=around[1])
 
     def comparison(self) -> tuple[Any, list[str]]:
         """`report compare` of every run (its tables and plots), made again only when a run has grown."""
@@ -175,7 +176,7 @@ class Viewer:
         ra, rb = self.run(a), self.run(b)
         c, plots = self.comparison()
         return self.render("compare.html.j2", page_id=page_id, route=route, a=ra, b=rb, grid=grid(ra.index, rb.index), c=c,
-                           plots=plots, metric_names=list(METRICS))
+                           plots=plots, metric_names=c.metrics, builtin=METRICS)
 
     def cell_questions(self, a: int, b: int, cell: str) -> list[Question]:
         if cell not in CELLS:
@@ -202,7 +203,7 @@ class Viewer:
         sides = []
         for run in (self.run(a), self.run(b)):
             row = run.index.position(qid, repeat)
-            view = None if row is None else task_view(run.index, row)
+            view = None if row is None else task_view(run.index, row, scores(run))
             gold = set() if view is None else {str(d) for d in view.task.metadata.get("gold_doc_ids", []) or []}
             sides.append({"run": run, "row": row, "view": view, "gold": gold})
         if all(s["view"] is None for s in sides):

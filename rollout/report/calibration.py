@@ -1,0 +1,120 @@
+"""Calibration: do the confidences the answers state match how often they are right?
+
+BrowseComp's answer format ends the final message with
+
+    Explanation: ...
+    Exact Answer: Kremes Works
+    Confidence: 85%
+
+`stated_confidence` reads that last line from the task's final assistant message (else its prediction):
+- `Confidence: 85%`, `**Confidence:** 85 %`, `confidence: 85` are percents (a number without `%` is a percent);
+- `Confidence: 0.85` is a fraction: a number below or at 1 written with a decimal point (so `Confidence: 1`
+  is 1%, `Confidence: 1.0` is 100%);
+- above 100% reads as 100%; the last such line of the message counts; a message without one states none.
+
+`CalibrationTally` bins the scored records that state a confidence into 10 equal bins of [0, 1] (a confidence of
+1.0 joins the last) and reports the expected calibration error: the sum over bins of (bin size / n) * |mean
+confidence - accuracy| (L1). Correctness is the `judge_correct` metric when a scores file provides it, else exact
+match. Kept as exact sums per bin, so it adds nothing per record to the one-pass summary.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rollout.report.running import ExactSum
+from rollout.summary import Calibration, CalibrationBin
+
+BINS = 10
+"""Equal-width bins over [0, 1]."""
+JUDGE_CORRECT = "judge_correct"
+"""The judge's correctness metric: when a run has it, calibration is measured against it."""
+
+_CONFIDENCE = re.compile(r"\bconfidence\s*\**\s*:\s*\**\s*(\d+(?:\.\d+)?)\s*(%?)", re.IGNORECASE)
+
+
+def parse_confidence(text: str) -> float | None:
+    """The confidence the text states last, as a fraction of 1 (None when it states none); see the module."""
+    matches = _CONFIDENCE.findall(text or "")
+    if not matches:
+        return None
+    number, percent = matches[-1]
+    value = float(number)
+    if not percent and "." in number and value <= 1.0:
+        return value
+    return min(value, 100.0) / 100.0
+
+
+def final_message(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The content of the last assistant message (text parts joined), or None without one."""
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        if content:
+            return str(content)
+    return None
+
+
+def stated_confidence(messages: Sequence[Mapping[str, Any]], prediction: str) -> float | None:
+    """The confidence a task's answer states: from its final assistant message, else from its prediction."""
+    final = final_message(messages)
+    confidence = parse_confidence(final) if final is not None else None
+    return confidence if confidence is not None else parse_confidence(prediction)
+
+
+def correctness_metric(metrics: Sequence[str]) -> str:
+    """Which metric says an answer is right: `judge_correct` when the run has it, else exact match."""
+    return JUDGE_CORRECT if JUDGE_CORRECT in metrics else "exact_match"
+
+
+def _bin(confidence: float) -> int:
+    # From the percent rounded to 1e-6: 0.7 * 10 is 7.000000000000001, and 70 // 10 is exactly 7.
+    return min(int(round(confidence * 100, 6) // (100 // BINS)), BINS - 1)
+
+
+class CalibrationTally:
+    """Stated confidences and correctness, added record by record, binned as they come."""
+
+    def __init__(self, correct_by: str) -> None:
+        self.correct_by = correct_by
+        self._confidence = [ExactSum() for _ in range(BINS)]
+        self._correct = [ExactSum() for _ in range(BINS)]
+
+    def add(self, confidence: float | None, correct: float | None) -> None:
+        """A scored record; one that states no confidence or whose correctness is unknown is left out."""
+        if confidence is None or correct is None:
+            return
+        b = _bin(confidence)
+        self._confidence[b].add(confidence)
+        self._correct[b].add(float(correct))
+
+    def summary(self) -> Calibration | None:
+        """The calibration of the records added; None when none stated a confidence."""
+        n = sum(s.count for s in self._confidence)
+        if not n:
+            return None
+        bins, error = [], 0.0
+        for b, (confidence, correct) in enumerate(zip(self._confidence, self._correct, strict=True)):
+            if not confidence.count:
+                continue
+            mean_confidence, accuracy = confidence.total() / confidence.count, correct.total() / correct.count
+            error += confidence.count / n * abs(mean_confidence - accuracy)
+            bins.append(CalibrationBin(low=b / BINS, high=(b + 1) / BINS, n=confidence.count,
+                                       confidence=round(mean_confidence, 4), accuracy=round(accuracy, 4)))
+        return Calibration(
+            n=n, error=round(error, 4), correct_by=self.correct_by,
+            confidence=round(math.fsum(s.total() for s in self._confidence) / n, 4),
+            accuracy=round(math.fsum(s.total() for s in self._correct) / n, 4), bins=bins,
+        )
+
+
+def calibration_line(c: Calibration) -> str:
+    """E.g. "Calibration (judge_correct): error 0.300 over 6 answers stating a confidence (mean 63%, right 33%)"."""
+    return (f"Calibration ({c.correct_by}): error {c.error:.3f} over {c.n} answers stating a confidence "
+            f"(mean {100 * c.confidence:.0f}%, right {100 * c.accuracy:.0f}%)")

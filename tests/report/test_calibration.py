@@ -1,0 +1,80 @@
+"""`rollout.report.calibration`: stated confidences parsed, and the calibration error on numbers known by hand."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from rollout.records import Question, TaskResult
+from rollout.report.calibration import parse_confidence, stated_confidence
+from rollout.report.extra_scores import read_scores, write_scores
+from rollout.report.scoring import print_summary, summarize
+
+
+@pytest.mark.parametrize("text, confidence", [
+    ("Explanation: ...\nExact Answer: Kremes Works\nConfidence: 85%", 0.85),
+    ("**Confidence:** 85 %", 0.85),
+    ("**Confidence**: 70", 0.70),
+    ("confidence: 0.85", 0.85),
+    ("Confidence: 1", 0.01),
+    ("Confidence: 1.0", 1.0),
+    ("Confidence: 150%", 1.0),
+    ("I have some confidence: 20%\nConfidence: 60%", 0.60),
+    ("Exact Answer: Paris", None),
+])
+def test_a_stated_confidence_is_read_as_documented(text, confidence):
+    assert parse_confidence(text) == pytest.approx(confidence) if confidence is not None else parse_confidence(text) is None
+
+
+def test_the_confidence_comes_from_the_last_assistant_message_else_the_prediction():
+    messages = [{"role": "assistant", "content": "Confidence: 10%"}, {"role": "tool", "content": "Confidence: 30%"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Exact Answer: x\nConfidence: 90%"}]}]
+    assert stated_confidence(messages, "Confidence: 50%") == pytest.approx(0.9)
+    assert stated_confidence([{"role": "assistant", "content": "x"}], "Paris. Confidence: 50%") == pytest.approx(0.5)
+
+
+def answer(i: int, right: bool, confidence: int) -> TaskResult:
+    question = Question(f"q{i}", "which?", ["Paris"], {})
+    final = f"Explanation: ...\nExact Answer: {'Paris' if right else 'Lyon'}\nConfidence: {confidence}%"
+    return TaskResult.answered(question, prediction="Paris" if right else "Lyon", turns=1,
+                               messages=[{"role": "user", "content": "which?"}, {"role": "assistant", "content": final}],
+                               usage={}, calls=[], events=[], worker_id="w0", latency_s=0.1)
+
+
+# 4 answers at 90% of which 2 right, 2 at 10% of which none: bins 0.9-1.0 (conf 0.9, accuracy 0.5) and 0.1-0.2
+# (conf 0.1, accuracy 0); error = 4/6 * |0.9 - 0.5| + 2/6 * |0.1 - 0| = 0.26667 + 0.03333 = 0.3.
+KNOWN = [(True, 90), (True, 90), (False, 90), (False, 90), (False, 10), (False, 10)]
+
+
+def test_the_calibration_error_of_known_numbers():
+    s = summarize([answer(i, r, c) for i, (r, c) in enumerate(KNOWN)], mode="m", gateway_file="g", wall_time_s=1.0)
+    cal = s.to_json()["calibration"]
+    assert cal["n"] == 6 and cal["error"] == pytest.approx(0.3) and cal["correct_by"] == "exact_match"
+    assert cal["confidence"] == pytest.approx(0.6333) and cal["accuracy"] == pytest.approx(0.3333)
+    assert [(b["low"], b["n"], b["confidence"], b["accuracy"]) for b in cal["bins"]] == [
+        (0.1, 2, 0.1, 0.0), (0.9, 4, 0.9, 0.5)]
+
+
+def test_a_judge_decides_correctness_when_a_scores_file_has_judge_correct(tmp_path):
+    # The judge finds the two "Lyon" answers at 90% right too: bin 0.9 is then all right, error 4/6*0.1 + 2/6*0.1.
+    write_scores(tmp_path, "judge", [{"id": f"q{i}", "repeat": 0, "metrics": {"judge_correct": float(c == 90)}}
+                                     for i, (_, c) in enumerate(KNOWN)])
+    s = summarize([answer(i, r, c) for i, (r, c) in enumerate(KNOWN)], mode="m", gateway_file="g", wall_time_s=1.0,
+                  extra=read_scores(tmp_path))
+    assert s.calibration is not None
+    assert (s.calibration.correct_by, s.calibration.error) == ("judge_correct", pytest.approx(0.1))
+
+
+def test_a_run_whose_answers_state_no_confidence_has_no_calibration():
+    question = Question("q1", "which?", ["Paris"], {})
+    plain = TaskResult.answered(question, prediction="Paris", turns=1, messages=[], usage={}, calls=[], events=[],
+                                worker_id="w0", latency_s=0.1)
+    s = summarize([plain], mode="m", gateway_file="g", wall_time_s=1.0)
+    assert s.calibration is None and "calibration" not in s.to_json()
+
+
+def test_the_printed_summary_says_the_calibration_and_what_decided_correctness():
+    console = Console(record=True, width=200)
+    s = summarize([answer(i, r, c) for i, (r, c) in enumerate(KNOWN)], mode="m", gateway_file="g", wall_time_s=1.0)
+    print_summary(s, "out", console)
+    assert "Calibration (exact_match): error 0.300 over 6 answers stating a confidence" in console.export_text()
