@@ -1,4 +1,5 @@
-"""`python -m rollout.report tool-stats PATH...` and `... compare DIR...` (also `rollout report ...`): reports rebuilt from run folders.
+"""`python -m rollout.report tool-stats PATH...`, `... compare DIR...` and `... judge RUN...` (also `rollout report ...`):
+reports rebuilt from run folders.
 
 Subcommands are argparse subparsers, each with its own `run` function, so another report is
 one more `add_parser` call.
@@ -22,6 +23,7 @@ from rollout.console import ReadableConsole
 from rollout.errors import NotARunFolderError, ReportError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
+from rollout.report.judge_command import add_judge_parser
 from rollout.report.scoring import degraded_lines
 from rollout.report.tool_stats import write_tool_report
 from rollout.run_folder import STATS_DIR
@@ -170,6 +172,7 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="score tasks that ended in error, timeout or infra_error as wrong answers (default: leave them out)",
     )
     compare.set_defaults(run=run_compare)
+    add_judge_parser(commands)
     return parser
 
 
