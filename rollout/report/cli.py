@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rollout.console import ReadableConsole
-from rollout.errors import NotARunFolderError, ReportError
+from rollout.errors import NotARunFolderError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
 from rollout.report.judge_command import add_judge_parser
@@ -182,6 +182,6 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rollout.re
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
     try:
         return args.run(args, ReadableConsole())
-    except (ReportError, OSError) as e:
+    except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

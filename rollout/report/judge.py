@@ -64,7 +64,7 @@ class JudgeSettings:
             raise ConfigError(f"the judge's base_url {base_url!r} must be its endpoint's http(s) URL: set "
                               f"{names['base_url']} (e.g. http://127.0.0.1:8000/v1)")
         try:
-            concurrency = int(c.get("concurrency") or DEFAULT_CONCURRENCY)
+            concurrency = int(DEFAULT_CONCURRENCY if c.get("concurrency") is None else c["concurrency"])
         except (TypeError, ValueError):
             concurrency = 0
         if concurrency < 1:

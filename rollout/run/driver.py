@@ -28,7 +28,9 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskResult
+from rollout.console import ReadableConsole
 from rollout.report import write_tool_report
+from rollout.report.judge_command import judge_finished_run
 from rollout.report.scoring import print_summary, summarize
 from rollout.run.config import RunConfig
 from rollout.run.dataset import prepare_data
@@ -315,6 +317,8 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
     timeline.mark("scored")
     logger.info("Timeline (seconds since start): %s", timeline.line())
     print_summary(summary, out)
+    if not interrupted and (judge := cfg.judge_settings()) is not None:
+        judge_finished_run(out, judge, ReadableConsole())
     if interrupted:
         raise RunInterrupted(
             f"interrupted with {summary.n} of {total} tasks finished, saved in {out}. "
