@@ -141,6 +141,16 @@ def test_the_judges_usage_is_counted_apart_from_the_agents(server, tmp_path):
     assert all(u == {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110} for u in agent)
 
 
+def test_the_disagreement_table_crosses_exact_match_with_the_judge(server, tmp_path):
+    run = make_run(tmp_path)
+    table = judge_run(run, settings(server, run)).agreement
+    assert (table.both_right, table.both_wrong, table.judged, table.rate) == (1, 2, 4, 0.75)
+    assert table.em_only == []
+    (only,) = table.judge_only
+    assert (only.id, only.prediction, only.golden_answers, only.label) == (
+        "q2", "It was Ann Lee, in 1950.", ["Ann Lee", "A. Lee"], "CORRECT")
+
+
 def test_the_command_prints_metrics_usage_and_the_disagreements(server, tmp_path, capsys):
     run = make_run(tmp_path)
     assert main(["report", "judge", str(run), "--model", "judge-m", "--base-url", server.base_url]) == 0
