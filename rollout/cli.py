@@ -74,8 +74,9 @@ SUBCOMMANDS = {
                    _run),
         Subcommand("gateway", "rollout.gateway", "--config FILE [--port N ...] [-v|-q]",
                    "serve the MCP gateway on its own", False, _gateway),
-        Subcommand("report", "rollout.report", "{tool-stats,compare,rescore} PATH ...",
-                   "tool-call statistics of run folders, runs compared side by side, or runs scored again", False, _report),
+        Subcommand("report", "rollout.report", "{tool-stats,compare,judge,rescore} PATH ...",
+                   "tool-call statistics of run folders, runs compared side by side, answers scored by an LLM judge, "
+                   "or runs scored again", False, _report),
         Subcommand("view", "rollout.view", "RUN [--task ID | --follow ...]",
                    "a run's tasks as a table, one task replayed, or a running run followed", False, _view),
         Subcommand("export", "rollout.export", "RUN --format F --out FILE ...",

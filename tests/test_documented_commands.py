@@ -5,12 +5,14 @@ output) and from the comments of conf/**/*.yaml (and any string in conf/gateways
 with `python -m rollout` or `rollout `. Each is checked the way its command reads it: Hydra commands
 (run, eval-retrieval) are composed against conf/ with Hydra's compose API, a `-m` sweep split into its
 jobs first; argparse commands (gateway, report, view) are parsed by their own parser. The cheap ones, report and view, also run, against run folders
-made here under the paths the documentation uses. Runs, sweeps and gateways are not started:
+made here under the paths the documentation uses (`report judge` asks a scripted judge in place of the endpoint it
+names). Runs, sweeps and gateways are not started:
 whole runs are tested elsewhere, and the README's quickstart lines are run by CI.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -36,6 +38,7 @@ from rollout.report.cli import build_parser as report_parser
 from rollout.run.app import token_on_command_line
 from rollout.view.cli import build_parser as view_parser
 from tests.doc_pages import OUTPUT_BLOCKS, doc_pages, split_page, where
+from tests.report.judge_server import judge_server
 
 PREFIXES = ("python -m rollout", "rollout ")
 HYDRA_CONFIGS = {"run": "config", "eval-retrieval": "retrieval_eval"}
@@ -201,9 +204,20 @@ def runs_cheaply(d: Documented) -> bool:
     return d.command in ("report", "view") and "--follow" not in d.args and "--serve" not in d.args
 
 
+def on_scripted_judge(args: list[str], base_url: str) -> list[str]:
+    """A `report judge` command pointed at the scripted judge instead of the endpoint the page names."""
+    if "--base-url" not in args:
+        return [*args, "--base-url", base_url]
+    i = args.index("--base-url") + 1
+    return [*args[:i], base_url, *args[i + 1:]]
+
+
 @pytest.mark.parametrize("d", [d for d in DOCUMENTED if runs_cheaply(d)], ids=lambda d: d.where)
 def test_report_and_view_commands_run(d: Documented, documented_results, capsys):
-    assert rollout.cli.main([d.command, *d.args]) == 0, capsys.readouterr().err
+    judging = d.args[:1] == ["judge"]
+    with judge_server() if judging else contextlib.nullcontext() as judge:
+        args = on_scripted_judge(d.args, judge.base_url) if judging else d.args
+        assert rollout.cli.main([d.command, *args]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out
 
 

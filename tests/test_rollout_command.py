@@ -119,7 +119,7 @@ def test_the_run_summary_prints_whole_to_a_pipe(monkeypatch, capsys):
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if "EM" in line)
     assert [cell.strip() for cell in header.strip("┃").split("┃")] == [
-        "EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "time (s)"]
+        "EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "out of ctx", "time (s)"]
     assert "tool calls" in out
 
 

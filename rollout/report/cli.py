@@ -1,5 +1,5 @@
-"""`python -m rollout.report tool-stats PATH...`, `... compare DIR...` and `... rescore RUN...` (also `rollout report
-...`): reports rebuilt from run folders.
+"""`python -m rollout.report tool-stats PATH...`, `... compare DIR...`, `... judge RUN...` and `... rescore RUN...`
+(also `rollout report ...`): reports rebuilt from run folders.
 
 Subcommands are argparse subparsers, each with its own `run` function, so another report is
 one more `add_parser` call.
@@ -23,6 +23,7 @@ from rollout.console import ReadableConsole
 from rollout.errors import NotARunFolderError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
+from rollout.report.judge_command import add_judge_parser
 from rollout.report.rescore import rescore
 from rollout.report.scoring import degraded_lines, print_summary
 from rollout.report.tool_stats import write_tool_report
@@ -193,6 +194,7 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="a scorer package.module:function to score with instead of the run's scoring.scorers (repeatable)",
     )
     rescore_cmd.set_defaults(run=run_rescore)
+    add_judge_parser(commands)
     return parser
 
 

@@ -12,6 +12,7 @@ from rollout.errors import ConfigError
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import parse_verbose
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
+from rollout.report.judge import JudgeSettings
 from rollout.retrieval.params import RetrievalParams
 from rollout.run.dataset import DatasetConfig
 from rollout.run.identity_keys import identity_overrides, run_suffix
@@ -95,6 +96,8 @@ class RunConfig:
     run's identity."""
     llm: dict[str, Any] | None = None
     """The `llm:` block; the gateway's filter and answer tools use it when `llm.model` is set."""
+    judge: dict[str, Any] | None = None
+    """The `judge:` block; with `judge.model` set, the run's answers are judged at its end (`judge_settings`)."""
     overrides: tuple[str, ...] = ()
     """The command-line overrides that change the run's identity (they name the default output folder)."""
     scorers: tuple[str, ...] = ()
@@ -132,6 +135,7 @@ class RunConfig:
                 score_failed=bool(c.get("score_failed", False)),
                 tokenizer=c.get("tokenizer"),
                 llm=c.get("llm"),
+                judge=c.get("judge"),
                 overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"])),
                 scorers=_scorers(c.get("scoring")),
             )
@@ -150,7 +154,14 @@ class RunConfig:
         if run.gateway.replicas > 1 and run.gateway.url:
             raise ConfigError("gateway.replicas applies to a gateway the run starts, and gateway.url names one "
                               "already running: drop one of the two")
+        run.judge_settings()  # a bad judge: block fails here, before the run
         return run
+
+    def judge_settings(self) -> JudgeSettings | None:
+        """The judge the run ends with, when `judge.model` is set; a wrong `judge:` block is a `ConfigError`."""
+        if not (self.judge or {}).get("model"):
+            return None
+        return JudgeSettings.from_config(self.judge)
 
     def step_llm(self) -> dict[str, Any] | None:
         """The `llm:` block the gateway's step tools ask: set when `llm.model` is and the gateway file serves a

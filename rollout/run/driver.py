@@ -28,7 +28,9 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskResult
+from rollout.console import ReadableConsole
 from rollout.report import write_tool_report
+from rollout.report.judge_command import judge_finished_run
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
 from rollout.report.scoring import print_summary
 from rollout.report.user_scorers import load_scorers
@@ -303,6 +305,8 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
     timeline.mark("all results")
     if not cfg.gateway.url:
         write_tool_report(out)
+    if not interrupted and (judge := cfg.judge_settings()) is not None:
+        judge_finished_run(out, judge, ReadableConsole())  # its scores file joins the summary below
     # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be
     # tasks this run no longer asks.
     summary = score_folder(

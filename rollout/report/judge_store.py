@@ -1,0 +1,120 @@
+"""A judge's files in a run folder: its verdicts, its description and usage, and the scores file it leaves.
+
+```
+judgements/<judge-key>.jsonl   one `JudgeRecord` per line, appended as verdicts arrive; the last line of a
+                               task (id, repeat) is its verdict. Every judge keeps its own file.
+judgements/<judge-key>.json    the judge (endpoint, model, preset, prompt hash, sampling, source) and its
+                               usage: tokens, cost and latency, apart from the agent's
+scores/judge.jsonl             {"id", "repeat", "metrics": {...}} per scored task, by the latest judging
+scores/judge.meta.json         {"source": "judge", "judge_key", "preset", "model"} of that judging
+```
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from rollout.jsonl import iter_jsonl
+from rollout.records import TaskKey
+from rollout.report.judge import JudgeRecord, JudgeSettings
+from rollout.run_folder import write_json
+
+JUDGEMENTS_DIR = "judgements"
+SCORES_DIR = "scores"
+SCORES_NAME = "judge"
+"""`scores/judge.jsonl`: the metrics seam every report reads beside exact match."""
+
+logger = logging.getLogger(__name__)
+
+
+def verdicts_path(run_dir: Path, key: str) -> Path:
+    return run_dir / JUDGEMENTS_DIR / f"{key}.jsonl"
+
+
+def description_path(run_dir: Path, key: str) -> Path:
+    return run_dir / JUDGEMENTS_DIR / f"{key}.json"
+
+
+def scores_path(run_dir: Path) -> Path:
+    return run_dir / SCORES_DIR / f"{SCORES_NAME}.jsonl"
+
+
+def read_verdicts(path: Path) -> dict[TaskKey, JudgeRecord]:
+    """The verdict of each task in a verdicts file (its last line); unreadable lines are skipped with a warning."""
+    verdicts: dict[TaskKey, JudgeRecord] = {}
+    for data in iter_jsonl(path):
+        try:
+            record = JudgeRecord.from_json(data)
+        except TypeError as e:
+            logger.warning("%s: a verdict line of another shape skipped (%s)", path, e)
+            continue
+        verdicts[record.key] = record
+    return verdicts
+
+
+def open_verdicts(run_dir: Path, key: str) -> IO[str]:
+    """The judge's verdicts file, open for appending."""
+    path = verdicts_path(run_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")
+
+
+def append_verdict(file: IO[str], record: JudgeRecord) -> None:
+    file.write(json.dumps(record.to_json()) + "\n")
+    file.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeUsage:
+    """What a judge's verdicts on one run cost, counted apart from the agent's usage."""
+
+    verdicts: int
+    """Verdicts held (replies, parsed or not)."""
+    requests: int
+    """HTTP requests made for them, retries included."""
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cost_usd: float | None
+    """None when the judge's prices are not configured."""
+    latency_ms_mean: float | None
+    latency_ms_p95: float | None
+
+    @classmethod
+    def of(cls, records: Iterable[JudgeRecord]) -> JudgeUsage:
+        held = [r for r in records if r.error is None]
+        tokens = {k: int(sum(r.usage.get(k, 0) for r in held)) for k in
+                  ("prompt_tokens", "completion_tokens", "total_tokens")}
+        costs = [r.usage["cost_usd"] for r in held if "cost_usd" in r.usage]
+        latency = np.asarray([r.latency_ms for r in held], dtype=np.float64)
+        return cls(len(held), sum(r.attempts for r in held), **tokens, cost_usd=float(sum(costs)) if costs else None,
+                   latency_ms_mean=float(latency.mean()) if len(latency) else None,
+                   latency_ms_p95=float(np.percentile(latency, 95)) if len(latency) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_description(run_dir: Path, settings: JudgeSettings, usage: JudgeUsage) -> Path:
+    return write_json(description_path(run_dir, settings.key), {**settings.describe(), "usage": usage.to_json()})
+
+
+def write_scores(run_dir: Path, rows: Iterable[Mapping[str, Any]], settings: JudgeSettings) -> Path:
+    """Replace `scores/judge.jsonl` (through a temporary file: a reader sees the old file or the new one) and its
+    meta file naming the judge."""
+    path = scores_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(dict(row)) + "\n" for row in rows), encoding="utf-8")
+    os.replace(tmp, path)
+    write_json(path.with_name(f"{SCORES_NAME}.meta.json"), {
+        "source": "judge", "judge_key": settings.key, "preset": settings.preset.name, "model": settings.llm.model})
+    return path

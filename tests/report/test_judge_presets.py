@@ -1,0 +1,66 @@
+"""The grader prompts are the published ones, byte for byte, and each reply format is read as its source means it."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from rollout.errors import ConfigError
+from rollout.report.judge_presets import PRESETS, get_preset, parse_browsecomp, parse_simpleqa
+
+PUBLISHED_SHA256 = {
+    # sha256 of GRADER_TEMPLATE.strip() in openai/simple-evals@ee3b031 and texttron/BrowseComp-Plus@97c637c
+    "simpleqa": "063c04ea798f91c4706c050b66a721afc77a458b12d8f0d72286d4b0eee8a3ee",
+    "browsecomp": "0f0023ee579b8c134f1834ed8952778b9e01460e31d47c242ee3629da9d44835",
+    "browsecomp_plus": "71fb29f51a56cea9fe647331d525648474195fa4816f7d05632459d572419d90",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_template_is_the_published_text(name):
+    assert hashlib.sha256(PRESETS[name].template.encode()).hexdigest() == PUBLISHED_SHA256[name]
+
+
+def test_the_prompt_is_filled_as_its_source_fills_it():
+    system, user = PRESETS["simpleqa"].messages("Who?", "Ann | A. Lee", "Ann Lee")
+    assert system == {"role": "system", "content": "You are a helpful assistant."}
+    assert "Question: Who?\nGold target: Ann | A. Lee\nPredicted answer: Ann Lee\n```" in user["content"]
+    (only,) = PRESETS["browsecomp_plus"].messages("Who?", "Ann", "It is Ann.")
+    assert "[response]: It is Ann.\n\n[correct_answer]: Ann\n\n" in only["content"]
+    assert "0|\\%| and 100|\\%|" in only["content"]  # the source's escapes, as its Python string holds them
+
+
+@pytest.mark.parametrize("reply, label", [
+    ("A", "CORRECT"), (" B\n", "INCORRECT"), ('"C"', "NOT_ATTEMPTED"), ("INCORRECT", "INCORRECT"),
+    ("The grade is NOT ATTEMPTED.", "NOT_ATTEMPTED"), ("Grade: A", "CORRECT"), ("", None), ("maybe?", None),
+])
+def test_simpleqa_replies(reply, label):
+    verdict = parse_simpleqa(reply)
+    assert verdict.label == label
+    if label is None:
+        assert verdict.metrics == {"judge_correct": None, "not_attempted": None}
+    else:
+        assert verdict.metrics == {"judge_correct": float(label == "CORRECT"),
+                                   "not_attempted": float(label == "NOT_ATTEMPTED")}
+
+
+@pytest.mark.parametrize("reply, correct, confidence, extracted", [
+    ("extracted_final_answer: Ann\n\nreasoning: same.\n\ncorrect: yes\n\nconfidence: 85%", 1.0, 0.85, "Ann"),
+    ("**extracted_final_answer:** Bob\n**reasoning:** differs\n**correct:** No\n**confidence**: 130", 0.0, 1.0, "Bob"),
+    ("extracted_final_answer: None\nreasoning: no answer. It is incorrect.\ncorrect: no", 0.0, None, "None"),
+])
+def test_browsecomp_replies(reply, correct, confidence, extracted):
+    verdict = parse_browsecomp(reply)
+    assert verdict.metrics == {"judge_correct": correct, "confidence": confidence}
+    assert verdict.extracted_answer == extracted
+
+
+def test_a_browsecomp_reply_without_its_verdict_is_unparsed_not_wrong():
+    verdict = parse_browsecomp("extracted_final_answer: Ann\nreasoning: it is incorrect")
+    assert not verdict.parsed and verdict.metrics == {"judge_correct": None, "confidence": None}
+
+
+def test_an_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="simpleqa, browsecomp, browsecomp_plus"):
+        get_preset("mmlu")
