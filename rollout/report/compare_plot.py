@@ -52,9 +52,11 @@ def _metrics_panel(ax: Axes, c: Comparison) -> None:
         xs = [i + (j - (len(metrics) - 1) / 2) * width for i in range(len(labels))]
         values = [r.metric(key) or 0.0 for r in c.rows]
         bars = ax.bar(xs, values, width, label=metric_label(key), color=METRIC_COLORS[j % len(METRIC_COLORS)])
-        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
+        # Side by side, more than three values a mode no longer fit across their bars: upright, they do.
+        ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2,
+                     rotation=90 if len(metrics) > 3 else 0)
     _set_mode_ticks(ax, c)
-    ax.set_ylim(0, 1.12)
+    ax.set_ylim(0, 1.3 if len(metrics) > 3 else 1.12)  # room for upright labels under the legend
     ax.set_ylabel("score (mean over scored tasks)")
     ax.set_title("answer quality per mode")
     ax.legend(loc="upper left", ncols=min(len(metrics), 4), fontsize=8, frameon=False)
