@@ -2,7 +2,7 @@
 
 An agent that posts to `/completions` builds the prompt itself: the template of the model's own tokenizer
 (`tokenizer_config.json`'s `chat_template`, or a `chat_template.jinja` beside it, a `.jinja` file, or the
-`tokenizer.chat_template` of a GGUF model file, as llama.cpp serves it, read with the `gguf` package) rendered
+`tokenizer.chat_template` of a GGUF model file, as llama.cpp serves it, read from the file's header) rendered
 with jinja2 the way `transformers`' `apply_chat_template` does — a sandboxed environment with `trim_blocks`
 and `lstrip_blocks`, the `loopcontrols` extension, its `tojson` filter and its `raise_exception` and
 `strftime_now` helpers, and the tokenizer's special tokens (`bos_token`, `eos_token`, ...) as variables — so
@@ -24,6 +24,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from rollout.agents.gguf_header import GGUFFormatError, read_gguf_metadata
 from rollout.errors import ConfigError
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -31,6 +32,7 @@ TEMPLATE_FILE = "chat_template.jinja"
 """Where recent `transformers` versions save the template, beside tokenizer_config.json."""
 GGUF_TEMPLATE = "tokenizer.chat_template"
 """The GGUF metadata key of a model's (default) chat template."""
+GGUF_TOKENS = "tokenizer.ggml.tokens"
 GGUF_TOKEN_IDS = {"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
                   "unk_token": "tokenizer.ggml.unknown_token_id", "sep_token": "tokenizer.ggml.seperator_token_id",
                   "pad_token": "tokenizer.ggml.padding_token_id", "mask_token": "tokenizer.ggml.mask_token_id"}
@@ -102,31 +104,18 @@ def _from_tokenizer_files(path: str | Path, config_file: Path, jinja_file: Path 
 
 
 def _from_gguf(path: Path) -> ChatTemplate:
-    """The `tokenizer.chat_template` of a GGUF model file and its special tokens' texts, read from its metadata
-    (the tensors are not read)."""
+    """The `tokenizer.chat_template` of a GGUF model file and its special tokens' texts, read from its header."""
     try:
-        import gguf
-    except ImportError:
-        raise ConfigError(f"agent.chat_template={str(path)!r} is a GGUF file: reading its template needs the gguf "
-                          "package: pip install gguf") from None
-    try:
-        reader = gguf.GGUFReader(path)
-    except (OSError, ValueError) as e:
+        metadata = read_gguf_metadata(path, arrays={GGUF_TOKENS})
+    except (OSError, GGUFFormatError) as e:
         raise ConfigError(f"agent.chat_template: cannot read {path} as a GGUF file: {e}") from e
-    field = reader.get_field(GGUF_TEMPLATE)
-    source = field.contents() if field is not None else None
+    source = metadata.get(GGUF_TEMPLATE)
     if not isinstance(source, str) or not source:
         raise ConfigError(f"agent.chat_template: {path} holds no {GGUF_TEMPLATE} (a base model's file?): point it at "
                           "the tokenizer files of a chat model, or a .jinja file")
-    tokens_field = reader.get_field("tokenizer.ggml.tokens")
-    tokens = {}
-    for name, key in GGUF_TOKEN_IDS.items():
-        id_field = reader.get_field(key)
-        if id_field is None or tokens_field is None:
-            continue
-        token_id = int(id_field.contents())
-        if 0 <= token_id < len(tokens_field.data):
-            tokens[name] = bytes(tokens_field.parts[tokens_field.data[token_id]]).decode("utf-8", errors="replace")
+    vocabulary = metadata.get(GGUF_TOKENS) or []
+    tokens = {name: vocabulary[i] for name, key in GGUF_TOKEN_IDS.items()
+              if isinstance(i := metadata.get(key), int) and 0 <= i < len(vocabulary)}
     return ChatTemplate(source, tokens, str(path))
 
 
