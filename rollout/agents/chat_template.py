@@ -1,7 +1,8 @@
 """A model's chat template, read from its tokenizer files and rendered as `transformers` renders it.
 
 An agent that posts to `/completions` builds the prompt itself: the template of the model's own tokenizer
-(`tokenizer_config.json`'s `chat_template`, or a `chat_template.jinja` beside it, or a `.jinja` file) rendered
+(`tokenizer_config.json`'s `chat_template`, or a `chat_template.jinja` beside it, a `.jinja` file, or the
+`tokenizer.chat_template` of a GGUF model file, as llama.cpp serves it, read from the file's header) rendered
 with jinja2 the way `transformers`' `apply_chat_template` does — a sandboxed environment with `trim_blocks`
 and `lstrip_blocks`, the `loopcontrols` extension, its `tojson` filter and its `raise_exception` and
 `strftime_now` helpers, and the tokenizer's special tokens (`bos_token`, `eos_token`, ...) as variables — so
@@ -23,11 +24,20 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from rollout.agents.gguf_header import GGUFFormatError, read_gguf_metadata
 from rollout.errors import ConfigError
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
 """Where recent `transformers` versions save the template, beside tokenizer_config.json."""
+GGUF_TEMPLATE = "tokenizer.chat_template"
+"""The GGUF metadata key of a model's (default) chat template."""
+GGUF_TOKENS = "tokenizer.ggml.tokens"
+GGUF_TOKEN_IDS = {"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
+                  "unk_token": "tokenizer.ggml.unknown_token_id", "sep_token": "tokenizer.ggml.seperator_token_id",
+                  "pad_token": "tokenizer.ggml.padding_token_id", "mask_token": "tokenizer.ggml.mask_token_id"}
+"""The GGUF keys holding the id of each special token (`seperator` is GGUF's spelling); the text is the id's entry in
+`tokenizer.ggml.tokens`."""
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
@@ -55,20 +65,32 @@ class ChatTemplate:
 
 
 def load_chat_template(path: str | Path) -> ChatTemplate:
-    """The template at `path`: a tokenizer folder or its tokenizer_config.json, or a `.jinja` file.
+    """The template at `path`: a tokenizer folder or its tokenizer_config.json, a `.jinja` file, or a `.gguf` model.
 
     A folder's `chat_template.jinja` wins over tokenizer_config.json's `chat_template` (as in `transformers`); a
     list of named templates gives the one named `default`. Any failure is a `ConfigError` naming the file."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        config_file, jinja_file = p / TOKENIZER_CONFIG, p / TEMPLATE_FILE
+    if p.is_file() and p.suffix == ".gguf":
+        template = _from_gguf(p)
+    elif p.is_dir():
+        template = _from_tokenizer_files(path, p / TOKENIZER_CONFIG, p / TEMPLATE_FILE)
     elif p.is_file() and p.suffix == ".jinja":
-        config_file, jinja_file = p.with_name(TOKENIZER_CONFIG), p
+        template = _from_tokenizer_files(path, p.with_name(TOKENIZER_CONFIG), p)
     elif p.is_file():
-        config_file, jinja_file = p, None
+        template = _from_tokenizer_files(path, p, None)
     else:
         raise ConfigError(f"agent.chat_template={str(path)!r} does not exist: point it at the model's tokenizer "
-                          f"folder (with {TOKENIZER_CONFIG}), its {TOKENIZER_CONFIG} or a .jinja file")
+                          f"folder (with {TOKENIZER_CONFIG}), its {TOKENIZER_CONFIG}, a .jinja file or a .gguf model")
+    try:
+        _compile(template.source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ConfigError(f"the chat template of {template.origin} (agent.chat_template) is not valid jinja: {e}") from e
+    return template
+
+
+def _from_tokenizer_files(path: str | Path, config_file: Path, jinja_file: Path | None) -> ChatTemplate:
+    """The template of `jinja_file` (when it exists) or `config_file`'s `chat_template`, with `config_file`'s
+    special tokens."""
     if not config_file.is_file() and not (jinja_file is not None and jinja_file.is_file()):
         raise ConfigError(f"agent.chat_template={str(path)!r} holds neither {TOKENIZER_CONFIG} nor {TEMPLATE_FILE}: "
                           "point it at the model's tokenizer folder")
@@ -78,12 +100,23 @@ def load_chat_template(path: str | Path) -> ChatTemplate:
     else:
         source, origin = _template_in(config, config_file), str(config_file)
     tokens = {name: text for name in SPECIAL_TOKENS if (text := _token_text(config.get(name))) is not None}
-    template = ChatTemplate(source, tokens, origin)
+    return ChatTemplate(source, tokens, origin)
+
+
+def _from_gguf(path: Path) -> ChatTemplate:
+    """The `tokenizer.chat_template` of a GGUF model file and its special tokens' texts, read from its header."""
     try:
-        _compile(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise ConfigError(f"the chat template of {origin} (agent.chat_template) is not valid jinja: {e}") from e
-    return template
+        metadata = read_gguf_metadata(path, arrays={GGUF_TOKENS})
+    except (OSError, GGUFFormatError) as e:
+        raise ConfigError(f"agent.chat_template: cannot read {path} as a GGUF file: {e}") from e
+    source = metadata.get(GGUF_TEMPLATE)
+    if not isinstance(source, str) or not source:
+        raise ConfigError(f"agent.chat_template: {path} holds no {GGUF_TEMPLATE} (a base model's file?): point it at "
+                          "the tokenizer files of a chat model, or a .jinja file")
+    vocabulary = metadata.get(GGUF_TOKENS) or []
+    tokens = {name: vocabulary[i] for name, key in GGUF_TOKEN_IDS.items()
+              if isinstance(i := metadata.get(key), int) and 0 <= i < len(vocabulary)}
+    return ChatTemplate(source, tokens, str(path))
 
 
 def _read_config(path: Path) -> dict[str, Any]:

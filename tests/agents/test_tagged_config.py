@@ -156,3 +156,35 @@ def test_a_bad_chat_template_is_a_config_error(tmp_path, files, match):
         (tmp_path / name).write_text(text)
     with pytest.raises(ConfigError, match=match):
         load_chat_template(Path(tmp_path))
+
+
+def _gguf_file(path: Path, template: str | None) -> Path:
+    """A GGUF holding only tokenizer metadata (no tensors), as a model file's header holds it."""
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(path, arch="llama")
+    writer.add_token_list(["<s>", "</s>", "<|im_end|>", "hi"])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(2)
+    if template is not None:
+        writer.add_chat_template(template)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_model_s_chat_template_and_special_tokens_are_read(tmp_path):
+    source = "{{ bos_token }}{% for m in messages %}[{{ m['content'] }}]{{ eos_token }}{% endfor %}>"
+    template = load_chat_template(_gguf_file(tmp_path / "model.gguf", source))
+    assert template.source == source and template.origin == str(tmp_path / "model.gguf")
+    assert template.tokens == {"bos_token": "<s>", "eos_token": "<|im_end|>"}
+    assert template.render(_messages("hi")) == "<s>[hi]<|im_end|>>"
+
+
+def test_a_gguf_without_a_chat_template_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"holds no tokenizer\.chat_template"):
+        load_chat_template(_gguf_file(tmp_path / "base.gguf", None))
+    (tmp_path / "broken.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(ConfigError, match="cannot read .* as a GGUF file"):
+        load_chat_template(tmp_path / "broken.gguf")
