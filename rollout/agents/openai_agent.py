@@ -34,6 +34,8 @@ FINAL_TURN_PROMPT = "You have used all your tool calls. Answer the question now 
 TEXT_TOOL_CALLS = ("refuse", "parse")
 """`agent.text_tool_calls`: what a tool call the server returned as text means. `refuse`: the server has no tool
 parser, and the run stops naming the flag to set; `parse`: the agent parses it here and runs it."""
+PROBE_PROMPT = "Call the {name} tool once"
+"""The tool-parser preflight's question (`check_tools`), with " to search for: capital of France." for a search."""
 PROBE_MAX_TOKENS = 256
 """The tool-parser preflight's completion budget: room for one call, and for a short thought before it."""
 
@@ -159,7 +161,7 @@ class OpenAIAgent:
         name = spec_name(spec)
         limit = "max_completion_tokens" if "max_completion_tokens" in self.settings.sampling else "max_tokens"
         budget = min(int(self.settings.sampling.get(limit) or PROBE_MAX_TOKENS), PROBE_MAX_TOKENS)
-        ask = f"Call the {name} tool once" + (" to search for: capital of France." if searches else ".")
+        ask = PROBE_PROMPT.format(name=name) + (" to search for: capital of France." if searches else ".")
         try:
             reply = await self.client.complete([{"role": "user", "content": ask}], tools=[spec], tool_choice="auto",
                                                sampling={limit: budget}, max_retries=min(2, self.settings.max_retries),
@@ -236,7 +238,9 @@ class OpenAIAgent:
 
     @staticmethod
     def _assistant_message(content: str | None, calls: list[ToolCallRequest]) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        # A call without text goes back with content "", not null: OpenAI and vLLM take either, llama-cpp-python's
+        # server refuses null (HTTP 500, "Input should be a valid string").
+        message: dict[str, Any] = {"role": "assistant", "content": "" if content is None and calls else content}
         if calls:
             message["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]

@@ -9,10 +9,10 @@ What llama-cpp-python 0.3.36 does with `--chat_format chatml-function-calling`, 
 what the runs depend on):
 
 - `tool_choice` omitted is `"none"`: the tools are left out of the prompt (the same prompt tokens as without
-  them), so `agent=openai` gets plain text and calls no tool. `"required"` is HTTP 500 with an empty message. A
-  named function is forced through a grammar (`finish_reason` `tool_calls` even when its arguments were cut at
-  `max_tokens`). `"auto"` generates without `max_tokens` (the handler passes none on): on this model it did not
-  answer within two minutes, so no test asks for it.
+  them), which is why rollout says `"auto"` outright. `"required"` is HTTP 500 with an empty message. `"auto"` and a
+  named function force the call through a grammar and pass no `max_tokens` on: a random model would write its
+  arguments for minutes, the tiny model closes them at once (tests/llm_server/tiny_model.py), so `agent=openai` makes
+  real native tool calls here.
 - A prompt that does not fit (the prompt alone at least `--n_ctx`; a `max_tokens` past the window is cut to it) is
   HTTP 400 in OpenAI's shape, `code: context_length_exceeded`, on /v1/chat/completions and /v1/completions alike.
 - A reply cut at `max_tokens` has `finish_reason: "length"`; no choice names the stop string that ended it.
@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from rollout.agents.chat_template import load_chat_template
+from rollout.agents.openai_agent import PROBE_PROMPT
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run.outcome import RunOutcome
@@ -62,8 +63,14 @@ def run_against(served: Served, cache_dir: Path, folder: Path, *overrides: str) 
 
 
 def task_exchanges(served: Served, path: str) -> list[Exchange]:
-    """The run's requests to `path` but the preflight (one token asked)."""
-    return [e for e in served.wire.exchanges(path) if e.request.get("max_tokens") != 1]
+    """The run's requests to `path` but the preflights (one token asked; one tool offered to see how calls come
+    back)."""
+    return [e for e in served.wire.exchanges(path) if e.request.get("max_tokens") != 1 and not _probe(e)]
+
+
+def _probe(exchange: Exchange) -> bool:
+    messages = exchange.request.get("messages") or [{}]
+    return str(messages[0].get("content", "")).startswith(PROBE_PROMPT.format(name=SPARSE))
 
 
 def test_the_server_s_replies_are_what_the_runs_rely_on(llama_servers: LlamaServers):
@@ -105,27 +112,36 @@ def test_the_server_s_replies_are_what_the_runs_rely_on(llama_servers: LlamaServ
 
 def test_agent_openai_runs_every_task_against_the_server(llama_servers, cache_dir, tmp_path, ray_local):
     served = llama_servers.get(WIDE)
-    outcome = run_against(served, cache_dir, tmp_path / "run", "agent=openai")
+    outcome = run_against(served, cache_dir, tmp_path / "run", "agent=openai", "agent.max_turns=2")
     assert outcome.ran == {"ok": 3}
     tasks = read_jsonl(tmp_path / "run" / "trajectory.jsonl")
     assert len({t["id"] for t in tasks}) == 3
+    # The tool-parser preflight: the server called the offered tool natively, so the run went on.
+    [probe] = [e for e in served.wire.exchanges("/chat/completions") if _probe(e)]
+    assert probe.request["tool_choice"] == "auto" and probe.response["choices"][0]["message"]["tool_calls"]
     requests = task_exchanges(served, "/chat/completions")
-    # One request a task: with tool_choice omitted the server leaves the tools out and the model writes text.
-    assert len(requests) == sum(t["turns"] for t in tasks) == 3
+    # Two requests a task: tools offered with tool_choice "auto" (the server parses the call it forced), then the
+    # answering turn with "none".
+    assert len(requests) == sum(t["turns"] for t in tasks) == 6
+    assert sorted(e.request["tool_choice"] for e in requests) == ["auto"] * 3 + ["none"] * 3
     for exchange in requests:
         assert exchange.status == 200
         assert [s["function"]["name"] for s in exchange.request["tools"]] == [SPARSE]
-        assert "tool_choice" not in exchange.request and exchange.request["model"] == "tiny"
+        assert exchange.request["model"] == "tiny"
+    called = [c for e in requests for c in e.response["choices"][0]["message"].get("tool_calls") or []]
+    assert len(called) == 3 and {c["function"]["name"] for c in called} == {SPARSE}
+    assert sorted(c["arguments"]["query"] for t in tasks for c in t["tool_calls"]) == ["", "", ""]
     # The server's token counts are the records' usage, and a reply cut at max_tokens is flagged.
     answered = [e.response for e in requests]
     assert sum(t["usage"]["prompt_tokens"] for t in tasks) == sum(r["usage"]["prompt_tokens"] for r in answered)
     assert all(t["usage"]["prompt_tokens"] > 0 and t["usage"]["completion_tokens"] > 0 for t in tasks)
+    answers = [e.response for e in requests if e.request["tool_choice"] == "none"]
     assert sorted(t["truncated"] for t in tasks) == sorted(r["choices"][0]["finish_reason"] == "length"
-                                                           for r in answered)
-    # The gateway's ledger holds each call that reached it once (none here: the model was never shown the tools).
+                                                           for r in answers)
+    # The gateway's ledger holds each call the server returned once.
     sent = sorted(c["call_id"] for t in tasks for c in t["tool_calls"] if c["reached_gateway"])
     ledger = read_jsonl(tmp_path / "run" / "tool_stats" / "realtime_calls.jsonl")
-    assert sorted(row["call_id"] for row in ledger) == sent
+    assert len(sent) == 3 and sorted(row["call_id"] for row in ledger) == sent
     report = json.loads((tmp_path / "run" / "tool_stats" / "report.json").read_text())
     assert report["summary"]["total_calls"] == len(sent)
     assert json.loads((tmp_path / "run" / "evaluation_summary.json").read_text())["n"] == 3

@@ -4,8 +4,13 @@ Its answers are noise; what it is for is the wire. A real server tokenizes the p
 renders chat messages with Qwen2.5's template, counts tokens, enforces its context window and stops at stop strings
 and `max_tokens` as it would for a trained model. The tokenizer keys (`tokenizer.ggml.*`) are copied from the
 vocab-only GGUF of llama-cpp-python's source distribution and the template is its Qwen2.5 one
-(tests/llm_server/sources.py); the weights (2 layers, 64 wide, embeddings tied to the output) are drawn from a
-seeded normal. The file is about 45 MB, nearly all of it the 151,936 x 64 embeddings.
+(tests/llm_server/sources.py); the weights (2 layers, 64 wide) are drawn from a seeded normal, except that every
+token's embedding holds 1 in its first dimension and the output layer is zero but for the `"` token (id 1), which
+reads that dimension. So at temperature 0 the model writes `"` wherever it may and otherwise the lowest token id the
+server allows: a tool call a grammar forces (llama-cpp-python's `tool_choice: "auto"`, which passes no `max_tokens`
+on) closes each string at once and ends in about a second, `{"query":"","top_k":-0}`, where a purely random model
+writes for minutes; free text is `"` repeated until `max_tokens`. The file is about 84 MB, nearly all of it the
+151,936 x 64 embeddings and output layer.
 
 From a checkout, `python -m tests.llm_server.tiny_model tiny.gguf` writes one (docs/agents.md, "Smoke-testing
 with a real server").
@@ -28,6 +33,8 @@ FEED_FORWARD = 128
 TRAINED_CONTEXT = 32768
 """The context length the file declares; the server's --n_ctx sets the window actually served."""
 TOKENIZER_KEYS = "tokenizer.ggml."
+QUOTE = 1
+"""The id of `"` in Qwen2's byte-level vocabulary (after `!`, 0)."""
 
 
 def build_tiny_model(out: Path, sources: LlamaSources, *, seed: int = 0) -> Path:
@@ -72,7 +79,11 @@ def _weights(n_vocab: int, seed: int) -> dict[str, np.ndarray]:
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(np.float32)
 
     ones = np.ones(WIDTH, dtype=np.float32)
-    weights = {"token_embd.weight": normal(n_vocab, WIDTH), "output_norm.weight": ones}
+    embeddings = normal(n_vocab, WIDTH)
+    embeddings[:, 0] = 1.0  # the residual stream keeps a positive first dimension through the small random layers
+    output = np.zeros((n_vocab, WIDTH), dtype=np.float32)
+    output[QUOTE, 0] = 1.0  # so `"` is the one token with a positive logit (see the module docstring)
+    weights = {"token_embd.weight": embeddings, "output_norm.weight": ones, "output.weight": output}
     for i in range(LAYERS):
         weights |= {
             f"blk.{i}.attn_norm.weight": ones,
