@@ -120,7 +120,7 @@ class JudgeRecord:
     reply: str | None
     """The judge's reply as sent (None when the request failed)."""
     prediction_sha256: str
-    """Hash of the prediction judged: a changed prediction is judged again."""
+    """Hash of the text judged (`judged_text`): a changed answer is judged again."""
     extracted_answer: str | None = None
     """The final answer the judge read from the response (browsecomp presets)."""
     usage: dict[str, float] = field(default_factory=dict)
@@ -154,8 +154,19 @@ def failed_task_metrics(preset: JudgePreset) -> dict[str, float | None]:
     return {m: 0.0 if m == JUDGE_CORRECT else None for m in preset.metrics}
 
 
-def needs_asking(task: TaskResult, cached: JudgeRecord | None) -> bool:
-    return cached is None or cached.error is not None or cached.prediction_sha256 != prediction_hash(task.prediction)
+def judged_text(task: TaskResult, preset: JudgePreset) -> str:
+    """What the judge reads of a task: its prediction, or for a preset that reads whole responses the agent's last
+    message (the prediction when the record kept no message)."""
+    if preset.reads_response:
+        for message in reversed(task.messages):
+            if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:
+                return message["content"]
+    return task.prediction
+
+
+def needs_asking(task: TaskResult, cached: JudgeRecord | None, preset: JudgePreset) -> bool:
+    return (cached is None or cached.error is not None
+            or cached.prediction_sha256 != prediction_hash(judged_text(task, preset)))
 
 
 class Judge:
@@ -168,11 +179,12 @@ class Judge:
     async def ask(self, task: TaskResult, *, max_retries: int | None = None) -> JudgeRecord:
         """One verdict; `LLMError` when the request fails after its retries."""
         preset = self.settings.preset
-        messages = preset.messages(task.question, gold_target(task.golden_answers), task.prediction)
+        text = judged_text(task, preset)
+        messages = preset.messages(task.question, gold_target(task.golden_answers), text)
         completion = await self.client.complete(messages, max_retries=max_retries)
         reply = completion.content or ""
         verdict: Verdict = preset.parse(reply)
-        return JudgeRecord(task.id, task.repeat, verdict.label, verdict.metrics, reply, prediction_hash(task.prediction),
+        return JudgeRecord(task.id, task.repeat, verdict.label, verdict.metrics, reply, prediction_hash(text),
                            verdict.extracted_answer, self.settings.llm.priced(completion.usage or {}),
                            completion.latency_ms, completion.attempts)
 
@@ -210,7 +222,7 @@ class Judge:
             except LLMError as e:
                 logger.debug("judge request for %s (repeat %d) failed: %s", task.id, task.repeat, e)
                 record = JudgeRecord(task.id, task.repeat, None, self.settings.preset.unparsed().metrics, None,
-                                     prediction_hash(task.prediction), error=str(e))
+                                     prediction_hash(judged_text(task, self.settings.preset)), error=str(e))
             on_record(record)
 
 

@@ -74,10 +74,10 @@ class RunJudging:
     wall_s: float
 
 
-def _latest_tasks(run_dir: Path) -> list[TaskResult]:
-    """The trajectory's last record of each task, in first-seen order."""
+def _latest_tasks(run_dir: Path, *, messages: bool = False) -> list[TaskResult]:
+    """The trajectory's last record of each task, in first-seen order (with their `messages` when asked)."""
     tasks: dict[TaskKey, TaskResult] = {}
-    for task in iter_trajectory(run_dir):
+    for task in iter_trajectory(run_dir, keep=("messages",) if messages else ()):
         tasks[task.key] = task
     return list(tasks.values())
 
@@ -85,10 +85,11 @@ def _latest_tasks(run_dir: Path) -> list[TaskResult]:
 def judge_run(run_dir: Path, settings: JudgeSettings) -> RunJudging:
     """Judge one run folder (see the module docstring); `JudgeError` when the judge cannot be asked at all."""
     score_failed = bool((read_config(run_dir) or {}).get("score_failed", False))
-    scored = [t for t in _latest_tasks(run_dir) if is_scored(t.status, score_failed=score_failed)]
+    latest = _latest_tasks(run_dir, messages=settings.preset.reads_response)
+    scored = [t for t in latest if is_scored(t.status, score_failed=score_failed)]
     answered = [t for t in scored if t.status == "ok"]
     verdicts = read_verdicts(verdicts_path(run_dir, settings.key))
-    to_ask = [t for t in answered if needs_asking(t, verdicts.get(t.key))]
+    to_ask = [t for t in answered if needs_asking(t, verdicts.get(t.key), settings.preset)]
     wall_s = 0.0
     if to_ask:
         logger.info("Judging %d answers of %s with %s", len(to_ask), run_dir, settings.key)

@@ -190,6 +190,9 @@ class JudgePreset:
     parse: Callable[[str], Verdict]
     system: str | None = None
     """The system message sent before the prompt, as the source sends one (None: none)."""
+    reads_response: bool = False
+    """The grader reads the agent's whole final response (BrowseComp's extracts the answer and the stated confidence
+    from it) rather than the short answer rollout scores with EM."""
 
     @property
     def template_sha256(self) -> str:
@@ -252,10 +255,10 @@ def parse_browsecomp(reply: str) -> Verdict:
 SIMPLEQA = JudgePreset("simpleqa", SIMPLEQA_TEMPLATE, "openai/simple-evals simpleqa_eval.py",
                        (JUDGE_CORRECT, "not_attempted"), parse_simpleqa, HELPFUL_ASSISTANT)
 BROWSECOMP = JudgePreset("browsecomp", BROWSECOMP_TEMPLATE, "openai/simple-evals browsecomp_eval.py",
-                         (JUDGE_CORRECT, "confidence"), parse_browsecomp, HELPFUL_ASSISTANT)
+                         (JUDGE_CORRECT, "confidence"), parse_browsecomp, HELPFUL_ASSISTANT, reads_response=True)
 BROWSECOMP_PLUS = JudgePreset("browsecomp_plus", BROWSECOMP_PLUS_TEMPLATE,
                               "texttron/BrowseComp-Plus scripts_evaluation/evaluate_run.py",
-                              (JUDGE_CORRECT, "confidence"), parse_browsecomp)
+                              (JUDGE_CORRECT, "confidence"), parse_browsecomp, reads_response=True)
 
 PRESETS = {p.name: p for p in (SIMPLEQA, BROWSECOMP, BROWSECOMP_PLUS)}
 

@@ -166,7 +166,7 @@ def test_ctrl_c_keeps_finished_tasks_and_the_same_command_resumes(cache_dir, tmp
     assert all(LOG_LINE.match(line) for line in (out / "rollout.log").read_text().splitlines())
     header = next(line for line in again.stdout.splitlines() if "EM" in line and "┃" in line)
     assert [cell.strip() for cell in header.strip("┃").split("┃")] == [
-        "EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "time (s)"]
+        "EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "out of ctx", "time (s)"]
     assert "query_knowledge_base_sparse" in again.stdout
 
 

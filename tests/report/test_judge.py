@@ -16,7 +16,7 @@ from rollout.report.judge_command import judge_run, settings_for
 from rollout.report.cli import build_parser
 from rollout.report.judge_store import read_verdicts, scores_path, verdicts_path
 from rollout.run_folder import TRAJECTORY_FILE
-from tests.report.judge_runs import make_run, read_lines
+from tests.report.judge_runs import make_run, read_lines, task
 from tests.report.judge_server import JudgeServer, error, judge_server, said
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -63,6 +63,24 @@ def test_browsecomp_verdicts_carry_the_confidence(server, tmp_path):
     judge_run(run, settings(server, run, "--preset", "browsecomp"))
     assert scores(run)["q2"] == {"judge_correct": 1.0, "confidence": 0.9}
     assert scores(run)["q3"] == {"judge_correct": 0.0, "confidence": 0.9}
+
+
+def test_browsecomp_reads_the_whole_final_response_simpleqa_the_short_answer(server, tmp_path):
+    # The agent answered in BrowseComp's format; EM (and SimpleQA's grader) read the exact answer line, BrowseComp's
+    # grader the whole response, whose stated confidence is what it extracts.
+    response = "Explanation: the registry names her.\nExact Answer: Ann Lee\nConfidence: 80%"
+    record = task("q1", ["Ann Lee"], "Ann Lee")
+    record.messages = [{"role": "user", "content": "Question q1?"}, {"role": "assistant", "content": response}]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / TRAJECTORY_FILE).write_text(json.dumps(record.to_json()) + "\n")
+    (run / "config.yaml").write_text("mode_name: hybrid\n")
+    for preset, judged in (("browsecomp", response), ("simpleqa", "Ann Lee")):
+        server.requests.clear()
+        judge_run(run, settings(server, run, "--preset", preset))
+        [request] = server.requests
+        prompt = request["messages"][-1]["content"]
+        assert judged in prompt and (preset == "browsecomp") == ("Confidence: 80%" in prompt)
 
 
 def test_a_second_judging_by_the_same_judge_asks_nothing(server, tmp_path):
