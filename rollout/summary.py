@@ -128,16 +128,21 @@ class Calibration:
     """Mean correctness over them."""
     bins: list[CalibrationBin]
     """The bins that hold records, low to high."""
+    browsecomp_plus_error: float | None = None
+    """BrowseComp-Plus' calibration error (root mean square over bins of 100 answers sorted by confidence; see
+    `rollout.report.calibration`), comparable with its leaderboard's once multiplied by 100; None under 100 answers."""
 
     def to_json(self) -> dict[str, Any]:
         return {"n": self.n, "error": self.error, "correct_by": self.correct_by, "confidence": self.confidence,
-                "accuracy": self.accuracy, "bins": [b.to_json() for b in self.bins]}
+                "accuracy": self.accuracy, "bins": [b.to_json() for b in self.bins],
+                "browsecomp_plus_error": self.browsecomp_plus_error}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibration:
         return cls(n=int(data["n"]), error=float(data["error"]), correct_by=str(data["correct_by"]),
                    confidence=float(data["confidence"]), accuracy=float(data["accuracy"]),
-                   bins=[CalibrationBin(**b) for b in data.get("bins", [])])
+                   bins=[CalibrationBin(**b) for b in data.get("bins", [])],
+                   browsecomp_plus_error=data.get("browsecomp_plus_error"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,18 +12,28 @@ BrowseComp's answer format ends the final message with
   is 1%, `Confidence: 1.0` is 100%);
 - above 100% reads as 100%; the last such line of the message counts; a message without one states none.
 
+A BrowseComp judge extracts that confidence itself (its `confidence` metric): when a run has it, it is the one
+used, as BrowseComp-Plus uses its judge's (`task_confidence`).
+
 `CalibrationTally` bins the scored records that state a confidence into 10 equal bins of [0, 1] (a confidence of
 1.0 joins the last) and reports the expected calibration error: the sum over bins of (bin size / n) * |mean
-confidence - accuracy| (L1). Correctness is the `judge_correct` metric when a scores file provides it, else exact
-match. Kept as exact sums per bin, so it adds nothing per record to the one-pass summary.
+confidence - accuracy| (L1). Beside it, with at least 100 such records, BrowseComp-Plus' own number
+(`browsecomp_plus_error`, from `scripts_evaluation/evaluate_with_openai.py`, after Hendrycks et al.): the records
+sorted by confidence, cut into bins of 100 (the last bin taking the rest), and the root of the mean squared gap
+between each bin's mean confidence and accuracy, weighted by bin size; as there, the last bin is left out of the
+sum. Correctness is the `judge_correct` metric when a scores file provides it, else exact match. The 10 bins are
+exact sums; the BrowseComp-Plus number keeps 5 bytes per record that states a confidence.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from rollout.report.running import ExactSum
 from rollout.summary import Calibration, CalibrationBin
@@ -32,6 +42,10 @@ BINS = 10
 """Equal-width bins over [0, 1]."""
 JUDGE_CORRECT = "judge_correct"
 """The judge's correctness metric: when a run has it, calibration is measured against it."""
+JUDGE_CONFIDENCE = "confidence"
+"""The confidence a BrowseComp judge read from the response (0 to 1): when a task has it, it is the one used."""
+BROWSECOMP_PLUS_BIN = 100
+"""BrowseComp-Plus' bin size (`beta`), and the fewest answers it computes its calibration error from."""
 
 _CONFIDENCE = re.compile(r"\bconfidence\s*\**\s*:\s*\**\s*(\d+(?:\.\d+)?)\s*(%?)", re.IGNORECASE)
 
@@ -68,6 +82,29 @@ def stated_confidence(messages: Sequence[Mapping[str, Any]], prediction: str) ->
     return confidence if confidence is not None else parse_confidence(prediction)
 
 
+def task_confidence(metrics: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], prediction: str) -> float | None:
+    """A task's confidence: the judge's reading of it (`metrics["confidence"]`) when there is one, else what its
+    final message states."""
+    judged = metrics.get(JUDGE_CONFIDENCE)
+    return float(judged) if judged is not None else stated_confidence(messages, prediction)
+
+
+def browsecomp_plus_error(confidence: Sequence[float], correct: Sequence[float],
+                          beta: int = BROWSECOMP_PLUS_BIN) -> float | None:
+    """BrowseComp-Plus' calibration error (see the module docstring), as a fraction; None under `beta` answers."""
+    if len(confidence) < beta:
+        return None
+    order = np.argsort(np.asarray(confidence, dtype=np.float64), kind="stable")
+    conf = np.asarray(confidence, dtype=np.float64)[order]
+    right = np.asarray(correct, dtype=np.float64)[order]
+    starts = list(range(0, len(conf) // beta * beta, beta))
+    total = 0.0
+    for start in starts[:-1]:  # the last bin (which takes the rest) is not summed there either
+        stop = start + beta
+        total += (stop - start) / len(conf) * float(conf[start:stop].mean() - right[start:stop].mean()) ** 2
+    return math.sqrt(total)
+
+
 def correctness_metric(metrics: Sequence[str]) -> str:
     """Which metric says an answer is right: `judge_correct` when the run has it, else exact match."""
     return JUDGE_CORRECT if JUDGE_CORRECT in metrics else "exact_match"
@@ -85,6 +122,8 @@ class CalibrationTally:
         self.correct_by = correct_by
         self._confidence = [ExactSum() for _ in range(BINS)]
         self._correct = [ExactSum() for _ in range(BINS)]
+        self._each = array("f")
+        self._each_right = array("b")
 
     def add(self, confidence: float | None, correct: float | None) -> None:
         """A scored record; one that states no confidence or whose correctness is unknown is left out."""
@@ -93,6 +132,8 @@ class CalibrationTally:
         b = _bin(confidence)
         self._confidence[b].add(confidence)
         self._correct[b].add(float(correct))
+        self._each.append(confidence)
+        self._each_right.append(1 if correct >= 0.5 else 0)
 
     def summary(self) -> Calibration | None:
         """The calibration of the records added; None when none stated a confidence."""
@@ -107,8 +148,10 @@ class CalibrationTally:
             error += confidence.count / n * abs(mean_confidence - accuracy)
             bins.append(CalibrationBin(low=b / BINS, high=(b + 1) / BINS, n=confidence.count,
                                        confidence=round(mean_confidence, 4), accuracy=round(accuracy, 4)))
+        plus = browsecomp_plus_error(self._each, self._each_right)
         return Calibration(
             n=n, error=round(error, 4), correct_by=self.correct_by,
+            browsecomp_plus_error=None if plus is None else round(plus, 4),
             confidence=round(math.fsum(s.total() for s in self._confidence) / n, 4),
             accuracy=round(math.fsum(s.total() for s in self._correct) / n, 4), bins=bins,
         )
@@ -116,5 +159,7 @@ class CalibrationTally:
 
 def calibration_line(c: Calibration) -> str:
     """E.g. "Calibration (judge_correct): error 0.300 over 6 answers stating a confidence (mean 63%, right 33%)"."""
+    plus = ("" if c.browsecomp_plus_error is None
+            else f"; BrowseComp-Plus' calibration error {100 * c.browsecomp_plus_error:.2f}%")
     return (f"Calibration ({c.correct_by}): error {c.error:.3f} over {c.n} answers stating a confidence "
-            f"(mean {100 * c.confidence:.0f}%, right {100 * c.accuracy:.0f}%)")
+            f"(mean {100 * c.confidence:.0f}%, right {100 * c.accuracy:.0f}%){plus}")

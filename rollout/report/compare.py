@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from rollout.errors import NotARunFolderError, ReportError
-from rollout.report.calibration import CalibrationTally, correctness_metric, stated_confidence
+from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
 from rollout.report.calls import run_labels, run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
@@ -349,7 +349,7 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
                 if s[key] is not None:
                     values.append(s[key])
                     question[key].append(s[key])
-            calibration.add(stated_confidence(task.messages, task.prediction), s[calibration.correct_by])
+            calibration.add(task_confidence(s, task.messages, task.prediction), s[calibration.correct_by])
         calls.update(c.name for c in task.tool_calls)
         latencies += [float(c.latency_ms) for c in task.tool_calls]
         if s["total_tokens"] is not None:

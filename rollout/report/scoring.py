@@ -45,7 +45,7 @@ from rollout.accounting import AGENT
 from rollout.agents.context_window import FIX as CONTEXT_FIX
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
-from rollout.report.calibration import CalibrationTally, calibration_line, correctness_metric, stated_confidence
+from rollout.report.calibration import CalibrationTally, calibration_line, correctness_metric, task_confidence
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
@@ -192,7 +192,7 @@ class _Tally:
                 del self.right_by[m]
             elif row[m] is not None:
                 self.right_by[m].add(r.id, row[m])
-        self.calibration.add(stated_confidence(r.messages, r.prediction), row[self.calibration.correct_by])
+        self.calibration.add(task_confidence(row, r.messages, r.prediction), row[self.calibration.correct_by])
 
     def repeat_stats(self, repeats: int) -> RepeatStats:
         """by_repeat, ci95 and pass_at_k of a run with `repeats` > 1."""

@@ -78,3 +78,25 @@ def test_the_printed_summary_says_the_calibration_and_what_decided_correctness()
     s = summarize([answer(i, r, c) for i, (r, c) in enumerate(KNOWN)], mode="m", gateway_file="g", wall_time_s=1.0)
     print_summary(s, "out", console)
     assert "Calibration (exact_match): error 0.300 over 6 answers stating a confidence" in console.export_text()
+
+
+def test_browsecomp_plus_calibration_error_of_known_numbers():
+    # 300 answers: 100 at 20% of which 20 right, 100 at 50% of which 30 right, 100 at 90% of which 10 right. Sorted by
+    # confidence, bins of 100; BrowseComp-Plus sums every bin but the last: sqrt(100/300 * 0^2 + 100/300 * 0.2^2).
+    known = [(i < 20, 20) for i in range(100)] + [(i < 30, 50) for i in range(100)] + [(i < 10, 90) for i in range(100)]
+    s = summarize([answer(i, r, c) for i, (r, c) in enumerate(known)], mode="m", gateway_file="g", wall_time_s=1.0)
+    assert s.calibration is not None and s.calibration.n == 300
+    assert s.calibration.browsecomp_plus_error == pytest.approx((100 / 300 * 0.2 ** 2) ** 0.5, abs=1e-4)
+    # Under 100 answers BrowseComp-Plus computes none.
+    few = summarize([answer(i, r, c) for i, (r, c) in enumerate(KNOWN)], mode="m", gateway_file="g", wall_time_s=1.0)
+    assert few.calibration is not None and few.calibration.browsecomp_plus_error is None
+
+
+def test_a_browsecomp_judges_reading_of_the_confidence_wins_over_the_parsed_one(tmp_path):
+    # The judge read 50% where the message says 90% (and 10%): every answer is then in the 0.5 bin, 2 of 6 right.
+    write_scores(tmp_path, "judge", [{"id": f"q{i}", "repeat": 0, "metrics": {"confidence": 0.5}}
+                                     for i in range(len(KNOWN))])
+    s = summarize([answer(i, r, c) for i, (r, c) in enumerate(KNOWN)], mode="m", gateway_file="g", wall_time_s=1.0,
+                  extra=read_scores(tmp_path))
+    assert s.calibration is not None and [b.low for b in s.calibration.bins] == [0.5]
+    assert s.calibration.error == pytest.approx(0.5 - 2 / 6, abs=1e-4)
