@@ -95,6 +95,8 @@ class RunSummaryView:
     """The run's evaluation_summary.json says it finished every task (None before it is written)."""
     degraded_tools: dict[str, str]
     calibration: Calibration | None
+    warnings: list[str]
+    """The evaluation summary's warnings (tasks out of context, tools never called), each with its fix."""
     """From the run's evaluation_summary.json (None before it is written, or when no answer states a confidence)."""
     duplicates: int
     problems: list[str]
@@ -157,7 +159,8 @@ def run_summary(run: Run) -> RunSummaryView:
     return replace(view, metrics=view.metrics + _extra_metrics(run, scores(run)),
                    complete=None if summary is None else summary.complete,
                    degraded_tools={} if summary is None else dict(summary.degraded_tools),
-                   calibration=None if summary is None else summary.calibration)
+                   calibration=None if summary is None else summary.calibration,
+                   warnings=[] if summary is None else list(summary.warnings))
 
 
 def scores(run: Run) -> ExtraScores:
@@ -205,7 +208,7 @@ def _task_summary(run: Run) -> RunSummaryView:
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),
         cost_per_task=_mean([c for c in cols["cost"] if c is not None]),
         time_split=time_split, calls_per_task=(sum(cols["calls"]) / n) if n else 0.0,
-        complete=None, degraded_tools={}, calibration=None,  # from the evaluation summary, by `run_summary`
+        complete=None, degraded_tools={}, calibration=None, warnings=[],  # from the evaluation summary: `run_summary`
         duplicates=run.index.duplicates, problems=list(run.index.problems), skipped=run.index.skipped,
     )
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
+from rollout.report.rescore import rescore
 from rollout.view.pages import open_runs
 from rollout.view.web import Viewer, create_app
 from tests.view.made_runs import DENSE, HOSTILE, SPARSE, task, two_runs, write_run
@@ -63,6 +65,25 @@ def test_the_tool_filter_and_pages_of_200(tmp_path: Path) -> None:
     assert "450 of 450 tasks · page 3 of 3" in third and 'rel="next"' not in third and 'rel="prev"' in third
     sparse = c.get(f"/run/0?tool={SPARSE}&right=wrong").text
     assert row_ids(sparse) == [f"t{i:03d}" for i in range(450) if i % 2 and not i % 3]
+
+
+def test_the_stopped_filter_finds_the_tasks_an_agents_limits_ended_and_the_page_shows_the_warnings(
+        tmp_path: Path) -> None:
+    said = "This model's maximum context length is 1500 tokens. However, you requested 2647 tokens"
+    tasks = [task("q1", "question 1", "a", "a"), replace(task("q2", "question 2", "a", ""), out_of_context=True,
+                                                         stop_message=said),
+             replace(task("q3", "question 3", "a", ""), out_of_turns=True)]
+    folder = write_run(tmp_path / "run", tasks)
+    rescore(folder)  # the evaluation summary, with its warning
+    c = client(folder)
+    page = c.get("/run/0").text
+    assert "3 scored · 1 out of turns · 1 out of context" in page
+    assert "1 of 3 tasks ran out of the model&#39;s context window" in page and said.replace("'", "&#39;") in page
+    assert row_ids(c.get("/run/0?stop=out_of_context").text) == ["q2"]
+    assert row_ids(c.get("/run/0?stop=out_of_turns").text) == ["q3"]
+    assert 'title="' + said.replace("'", "&#39;") in c.get("/run/0/task?id=q2").text
+    refused = c.get("/run/0?stop=tired")
+    assert refused.status_code == 400 and "use one of: cut, out_of_turns, out_of_context" in refused.text
 
 
 def test_bad_table_parameters_are_refused_by_name(sweep: tuple[Path, Path]) -> None:
