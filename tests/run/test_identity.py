@@ -25,6 +25,9 @@ AXES = [
     ((), "score_failed=true", "score_failed"),
     (("agent=openai", "llm.model=model-a"), "llm.model=model-b", "llm.model"),
     (("agent=openai", "llm.model=model-a"), "llm.sampling.temperature=0.7", "llm.sampling.temperature"),
+    (("agent=openai", "llm.model=model-a"), "llm.context_window=4096", "llm.context_window"),
+    (("agent=openai", "llm.model=model-a"), "agent.text_tool_calls=parse", "agent.text_tool_calls"),
+    (("agent=openai", "llm.model=model-a"), "agent.tokenizer=/models/qwen", "agent.tokenizer"),
 ]
 
 
@@ -54,6 +57,25 @@ def test_speed_and_visibility_settings_leave_the_identity_and_folder_alone(chang
     changed = compose_run_config("mode=sparse", change)
     assert identity_settings(changed) == identity_settings(base)
     assert changed.output_dir == base.output_dir and changed.overrides == ()
+
+
+def test_a_run_recorded_before_the_context_window_and_text_tool_call_settings_still_resumes():
+    # Those runs sent whatever fit and took a tool call written as text for text: the settings' defaults now.
+    cfg = compose_run_config("mode=sparse", "agent=openai", "llm.model=model-a")
+    now = RunIdentity(settings=identity_settings(cfg), gateway_file_sha256="g", tools={}, dataset={})
+    new_keys = ("llm.context_window", "agent.text_tool_calls", "agent.tokenizer")
+    then = RunIdentity(settings={k: v for k, v in now.settings.items() if k not in new_keys},
+                       gateway_file_sha256="g", tools={}, dataset={})
+    assert now.differences(then) == []
+    parsing = compose_run_config("mode=sparse", "agent=openai", "llm.model=model-a", "agent.text_tool_calls=parse")
+    assert RunIdentity(settings=identity_settings(parsing), gateway_file_sha256="g", tools={},
+                       dataset={}).differences(then) == ['agent.text_tool_calls: "refuse" → "parse"']
+
+
+def test_scoring_settings_leave_the_identity_and_folder_alone():
+    base = compose_run_config("mode=sparse")
+    scored = compose_run_config("mode=sparse", "scoring.scorers=[rollout.report.example_scorers:gold_share]")
+    assert identity_settings(scored) == identity_settings(base) and scored.output_dir == base.output_dir
 
 
 def test_an_explicit_output_dir_stays_as_given(tmp_path):
