@@ -80,7 +80,7 @@ class DemoRuns:
 
     def _made_once(self, name: str, key: tuple[str, ...]) -> DemoRun:
         folder, saved = self._root / name, self._root / f"{name}.streamed.pickle"
-        with _locked(self._root / f"{name}.lock"):
+        with locked(self._root / f"{name}.lock"):
             if saved.is_file():
                 return DemoRun(folder, pickle.loads(saved.read_bytes()))
             self._start_ray()
@@ -96,8 +96,8 @@ class DemoRuns:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between the processes of the session; the system drops it if its holder dies."""
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (a session's workers); the system drops it if its holder dies."""
     with path.open("a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:

@@ -11,19 +11,17 @@ the version. Later sessions find them there and fetch nothing.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.metadata
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.paths import default_cache_dir
+from tests.demo_runs import locked
 
 LLAMA_CPP_VERSION = "0.3.36"
 """The llama-cpp-python release CI installs (.ci/run); its source distribution when none is installed."""
@@ -83,14 +81,3 @@ def _fetch(version: str, sources: LlamaSources) -> None:
                 aside = target.with_name(f".{target.name}.{os.getpid()}")
                 aside.write_bytes(data.read())
                 os.replace(aside, target)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes on `path`; the system drops it if its holder dies."""
-    with path.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.llm_server.sources import LlamaSources, llama_sources, locked
+from tests.demo_runs import locked
+from tests.llm_server.sources import LlamaSources, llama_sources
 
 LAYERS = 2
 WIDTH = 64
