@@ -124,6 +124,8 @@ class RunConversations:
             return "no conversation recorded"
         if task.truncated:  # training on it would teach the model to stop mid-answer
             return "answer cut at the token limit"
+        if task.out_of_context:  # the conversation ends where the server refused it, with no answer
+            return "out of the model's context window"
         return None
 
     def _shows_specs(self, task: TaskResult) -> bool:

@@ -25,7 +25,7 @@ from rollout.records import Question, TaskResult
 from rollout.run.driver import offered_tools
 from rollout.run.worker import EnvSpec, RolloutWorker
 from rollout.run_folder import CONFIG_FILE, RunTools, append_task, trajectory_path, write_tools
-from tests.agents.chat_server import MODEL, ChatServer, Reply, answer, chat_server, error, tool_calls
+from tests.agents.chat_server import MODEL, ChatServer, Reply, answer, chat_server, error, overflow, tool_calls
 from tests.conftest import gateway_on_loopback
 from tests.gateway.loopback import sparse_kb
 
@@ -39,6 +39,7 @@ CODE = Question("q-code", "Which company has the registry code ORG-5521?", ["Vel
 CITY = Question("q-city", "In which country is Kelmor?", ["Dravia"])
 CUT = Question("q-cut", "What does Veltrix Holdings make?", ["textile looms"])
 BROKEN = Question("q-broken", "When was Arlen Voss born?", ["1961"])
+LONG = Question("q-long", "Who founded Veltrix Holdings?", ["Arlen Voss"])
 
 
 @dataclass
@@ -106,8 +107,9 @@ def chat() -> Iterator[ChatServer]:
 
 @pytest.fixture(scope="package")
 def openai_run(chat, tmp_path_factory) -> MadeRun:
-    """Five openai-agent tasks on the sparse-only gateway: right with a search, wrong without one, cut at the
-    token limit, failed by the endpoint, and one whose first tool call the model wrote as broken JSON."""
+    """Six openai-agent tasks on the sparse-only gateway: right with a search, wrong without one, cut at the
+    token limit, failed by the endpoint, one whose first tool call the model wrote as broken JSON, and one whose
+    conversation outgrew the model's context window."""
     agent = openai_agent(chat.base_url, parallel_tool_calls=False)
     return make_run(tmp_path_factory.mktemp("export") / "openai", chat, SPARSE_ONLY, agent, [
         (BORN, [tool_calls((SPARSE, {"query": "Arlen Voss born", "top_k": 2})),
@@ -117,6 +119,7 @@ def openai_run(chat, tmp_path_factory) -> MadeRun:
         (CITY, [error(400, "scripted refusal")]),
         (BROKEN, [tool_calls((SPARSE, '{"query": "Arlen Voss')), tool_calls((SPARSE, {"query": "Arlen Voss"})),
                   answer("Answer: 1961")]),
+        (LONG, [tool_calls((SPARSE, {"query": "Veltrix founder"})), overflow("vllm")]),
     ])
 
 

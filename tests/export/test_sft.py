@@ -13,6 +13,8 @@ from rollout.export.cli import main
 from tests.export.conftest import BORN, BROKEN, CODE, CUT, load, read_jsonl, sent, unpadded
 
 SKIPS = "1 answer cut at the token limit, 1 error"
+CONTEXT = "1 out of the model's context window"
+"""The task whose conversation the server refused as too long: it ends with no answer to train on."""
 
 
 def export(run: Path, fmt: str, out: Path, *extra: str, capsys=None) -> str:
@@ -24,7 +26,7 @@ def export(run: Path, fmt: str, out: Path, *extra: str, capsys=None) -> str:
 def test_openai_rows_replay_the_conversation_the_model_was_sent(openai_run, tmp_path, capsys, suffix):
     out = tmp_path / f"sft{suffix}"
     line = export(openai_run.path, "openai", out, capsys=capsys)
-    assert line == f"wrote 3 rows to {out} (openai); skipped 2 tasks: {SKIPS}"
+    assert line == f"wrote 3 rows to {out} (openai); skipped 3 tasks: {SKIPS}, {CONTEXT}"
     rows = load(out)
     assert [r["messages"][1]["content"] for r in rows] == [BORN.question, CODE.question, BROKEN.question]
     born = rows[0]
@@ -83,9 +85,9 @@ def test_verl_sft_parquet_reads_back_as_verl_reads_it(openai_run, tmp_path):
 
 
 @pytest.mark.parametrize(("options", "ids", "skipped"), [
-    (["--only-correct"], [BORN.id, BROKEN.id], f"skipped 3 tasks: {SKIPS}, 1 not exact-match correct"),
-    (["--min-f1", "0.5"], [BORN.id, BROKEN.id], f"skipped 3 tasks: {SKIPS}, 1 F1 below 0.5"),
-    (["--min-f1", "0"], [BORN.id, CODE.id, BROKEN.id], f"skipped 2 tasks: {SKIPS}"),
+    (["--only-correct"], [BORN.id, BROKEN.id], f"skipped 4 tasks: {SKIPS}, 1 not exact-match correct, {CONTEXT}"),
+    (["--min-f1", "0.5"], [BORN.id, BROKEN.id], f"skipped 4 tasks: {SKIPS}, 1 F1 below 0.5, {CONTEXT}"),
+    (["--min-f1", "0"], [BORN.id, CODE.id, BROKEN.id], f"skipped 3 tasks: {SKIPS}, {CONTEXT}"),
 ])
 def test_filters_keep_tasks_by_the_runs_own_scores(openai_run, tmp_path, capsys, options, ids, skipped):
     out = tmp_path / "kept.jsonl"
