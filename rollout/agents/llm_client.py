@@ -440,6 +440,14 @@ class ChatClient:
         )
 
 
+def refused(e: LLMError) -> bool:
+    """Whether the endpoint refused the request outright (an HTTP status that is not retried), so that the same
+    request would be refused again, as opposed to not answering in time or failing on its side."""
+    cause = e.__cause__
+    return openai is not None and isinstance(cause, openai.APIStatusError) and cause.status_code < 500 \
+        and cause.status_code not in _RETRYABLE_STATUS
+
+
 def _finish_reason(choice: Any) -> str | None:
     return None if (reason := getattr(choice, "finish_reason", None)) is None else str(reason)
 

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
-from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest
+from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest, refused
 from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
 from rollout.events import CUT_AT_LIMIT, EventLog, LLMOutputEvent, LLMThinkingEvent
@@ -170,7 +170,10 @@ class OpenAIAgent:
             logger.warning("tool-parser preflight: one tool and one line already overflow the model's context (%s)", e)
             return
         except LLMError as e:
-            raise LLMError(f"agent=openai preflight with a tool (llm.model={self.settings.model}) failed: {e}") from e
+            if refused(e):  # every task's request would be refused the same way
+                raise LLMError(f"agent=openai preflight with a tool (llm.model={self.settings.model}) failed: {e}") from e
+            logger.warning("tool-parser preflight: no answer (%s); going on without knowing how tool calls come back", e)
+            return
         finally:
             await self.client.aclose()
         found = None if reply.tool_calls else find_text_tool_calls(split_thinking(reply.content)[0], {name})

@@ -171,6 +171,13 @@ def test_a_server_that_refuses_tool_choice_auto_fails_the_preflight_with_its_wor
         make_agent(chat.base_url).check_tools([spec(SPARSE)])
 
 
+def test_a_tool_preflight_the_server_does_not_answer_in_time_lets_the_run_go_on(chat, caplog):
+    # A slow server (a long reply on a CPU, llama-cpp-python's "auto", which drops max_tokens) is no reason to stop.
+    chat.push(*[error(503, "busy") for _ in range(3)])
+    make_agent(chat.base_url).check_tools([spec(SPARSE)])
+    assert "tool-parser preflight: no answer" in caplog.text and len(chat.chat_requests) == 3
+
+
 def test_text_tool_calls_takes_refuse_or_parse():
     with pytest.raises(ConfigError, match="agent.text_tool_calls='yes' must be one of refuse, parse"):
         OpenAIAgent(llm("http://127.0.0.1:1/v1"), text_tool_calls="yes")
