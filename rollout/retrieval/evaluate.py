@@ -54,7 +54,9 @@ class RetrieverScores:
     retriever: str
     n: int
     gold: str
-    """`passages` (gold ids) or `answers` (answer containment)."""
+    """What a hit is measured against: `passages` or `documents` (the gold ids name passages, or the source
+    documents passages were chunked from: a document counts as found when any of its passages is),
+    `passages and documents` (both kinds), or `answers` (answer containment, without gold ids)."""
     recall: dict[int, float | None]
     hit: dict[int, float]
     mrr: float
@@ -63,6 +65,16 @@ class RetrieverScores:
 
 def _first_relevant_rank(relevant: Sequence[bool]) -> int | None:
     return next((i + 1 for i, r in enumerate(relevant) if r), None)
+
+
+def _gold_kind(questions: Sequence[Question], passages: Sequence[Passage]) -> str:
+    """Whether the questions' gold ids name passages, source documents (chunked corpora, folders of files), or both."""
+    gold = {g for q in questions for g in q.gold_doc_ids}
+    names_passage = bool(gold & {p.id for p in passages})
+    names_document = bool(gold & {p.doc_id for p in passages if p.doc_id is not None})
+    if names_document and not names_passage:
+        return "documents"
+    return "passages and documents" if names_document else "passages"
 
 
 def score_hits(hits: Hits, questions: Sequence[Question], passages: Sequence[Passage], ks: Sequence[int]) -> dict[str, Any]:
@@ -87,7 +99,7 @@ def score_hits(hits: Hits, questions: Sequence[Question], passages: Sequence[Pas
         first = _first_relevant_rank(relevant)
         rr.append(0.0 if first is None else 1.0 / first)
     return {
-        "gold": "passages" if with_gold else "answers",
+        "gold": _gold_kind(questions, passages) if with_gold else "answers",
         "recall": {k: (float(np.mean(v)) if with_gold else None) for k, v in recall.items()},
         "hit": {k: float(np.mean(v)) for k, v in hit.items()},
         "mrr": float(np.mean(rr)),

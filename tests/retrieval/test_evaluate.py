@@ -45,6 +45,9 @@ def test_chunked_passages_count_for_their_document():
     chunks = [Passage("d9#0", "T", "a", doc_id="d9"), Passage("d9#1", "T", "b", doc_id="d9")]
     s = score_hits(hits([[1, 0]]), [Question("q", "?", ["x"], {"gold_doc_ids": ["d9"]})], chunks, [1])
     assert s["recall"] == {1: 1.0} and s["mrr"] == 1.0
+    assert s["gold"] == "documents"  # the gold ids name files or documents, not passages: the header says so
+    both = [Question("q", "?", ["x"], {"gold_doc_ids": ["d9"]}), Question("r", "?", ["x"], {"gold_doc_ids": ["d9#1"]})]
+    assert score_hits(hits([[1, 0], [0, 1]]), both, chunks, [1])["gold"] == "passages and documents"
 
 
 def test_app_compares_all_retrievers(cache_dir, tmp_path):
