@@ -61,10 +61,10 @@ def check_dataset_keys(d: Mapping[str, Any]) -> None:
     read = READ_BY_KIND.get(kind) if isinstance(kind, str) else None
     if read is None:
         raise ConfigError(f"unknown dataset kind {kind!r}: use kind: demo or kind: files (see conf/dataset/)")
-    unread = [key for key in d if key not in read]
+    unread = {key: leaves for key in d if key not in read and (leaves := _leaves(key, d[key]))}
     if not unread:
         return
-    keys = ", ".join(_leaves(unread[0], d[unread[0]]))
+    keys = ", ".join(next(iter(unread.values())))
     reads = ", ".join(f"dataset.{k}" + (".*" if k in ("corpus", "questions") else "") for k in read[2:])
     if kind == "demo":
         fix = ("for your own corpus and questions choose dataset=files: python -m rollout dataset=files "
@@ -114,10 +114,11 @@ def _default_dataset() -> str | None:
 
 
 def _leaves(key: str, value: Any) -> list[str]:
-    """`dataset.<key>`, or the settings under it when it is a section (`dataset.corpus.path`)."""
-    if isinstance(value, Mapping) and value:
+    """`dataset.<key>`, or the settings under it when it is a section (`dataset.corpus.path`); a null one sets
+    nothing and is left out (`rollout export` adds `dataset.corpus.path=null` to any dataset)."""
+    if isinstance(value, Mapping):
         return [leaf for k, v in value.items() for leaf in _leaves(f"{key}.{k}", v)]
-    return [f"dataset.{key}"]
+    return [] if value is None else [f"dataset.{key}"]
 
 
 def _with_project_path(section: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ def test_a_generator_setting_on_a_files_dataset_is_refused(tmp_path):
 def test_the_settings_each_kind_reads_pass():
     check_dataset_keys({"name": "demo", "kind": "demo", "n_passages": 5, "n_questions": 5, "seed": 0, "limit": 2})
     check_dataset_keys({"name": "x", "kind": "files", "corpus": {"path": "c"}, "questions": {"path": "q"}, "limit": 1})
+    check_dataset_keys({"name": "demo", "kind": "demo", "corpus": {"path": None}})  # null sets nothing
 
 
 def test_without_plus_the_same_rule_answers_instead_of_hydras_hint():
