@@ -10,7 +10,7 @@ excluded folder is not entered, so nothing under it can be re-included; in one f
 comes after `.gitignore`, so it can re-include with `!`). A document's id, `doc_id` and title are its
 path relative to the folder with '/' separators (`guides/setup.md`), so every passage cut from it still
 names its file; its text is the file's content read as UTF-8, with trailing spaces and line-ending
-differences removed. Folder corpora are chunked by default (`FOLDER_CHUNK_TOKENS`), since a file is
+differences removed. An empty (or whitespace-only) file is left out, and counted in a warning. Folder corpora are chunked by default (`FOLDER_CHUNK_TOKENS`), since a file is
 often much longer than a retrieval passage.
 """
 
@@ -170,9 +170,25 @@ def folder_stamp(root: Path, extensions: Iterable[str] = DEFAULT_EXTENSIONS) -> 
 
 
 def iter_folder_documents(root: Path, extensions: Iterable[str] = DEFAULT_EXTENSIONS) -> Iterator[Passage]:
-    """One whole-document passage per file, in relative-path order, with id = doc_id = title = the relative path."""
+    """One whole-document passage per file, in relative-path order, with id = doc_id = title = the relative path.
+
+    An empty file (or one of whitespace only) is no document: as a passage it would be its title alone, which
+    search can still rank. How many were left out is logged once, naming one; `DataError` when every file is empty."""
+    empty: list[str] = []
+    read = 0
     for file in folder_files(root, extensions):
-        yield Passage(file.relpath, file.relpath, read_document(file.path), doc_id=file.relpath)
+        text = read_document(file.path)
+        if not text.strip():
+            empty.append(file.relpath)
+            continue
+        read += 1
+        yield Passage(file.relpath, file.relpath, text, doc_id=file.relpath)
+    if empty and not read:
+        raise DataError(f"{root}: every document file is empty ({len(empty)}, e.g. {empty[0]}); a corpus needs text. "
+                        "Point dataset.corpus.path at the folder holding your documents")
+    if empty:
+        logger.warning("%s: skipped %d empty file%s (no text), e.g. %s", root, len(empty),
+                       "s" if len(empty) > 1 else "", empty[0])
 
 
 def read_document(path: Path) -> str:

@@ -1,8 +1,11 @@
 """Read corpora and question sets from any source a spec names (FlashRAG conventions by default).
 
-A malformed record is logged with its file and line (or row) number and skipped, so one bad
-record does not cost a whole run; a source with nothing usable, or an id used twice, is an
-error. Records without an `id` get their 0-based row number as id, with one warning.
+A malformed corpus record is logged with its file and line (or row) number and skipped, so one bad
+record does not cost a whole run. A question that cannot be read stops the load naming its line,
+since a run on fewer questions than the file holds would not compare with others, unless
+`dataset.questions.skip_bad_lines` is set: then it is skipped, and how many were is logged once. A
+source with nothing usable, or an id used twice, is an error. Records without an `id` get their
+0-based row number as id, with one warning.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ logger = logging.getLogger(__name__)
 
 CORPUS_FORMAT = ('one JSON object per line: {"id": ..., "contents": "Title\\ntext"} '
                  'or {"id": ..., "title": ..., "text": ...} (or a .parquet file / save_to_disk '
-                 'directory with those columns; map other column names with columns), '
-                 'or a folder of .txt/.md files')
+                 'directory with those columns; map other column names with dataset.corpus.columns, '
+                 'e.g. dataset.corpus.columns.text=body), or a folder of .txt/.md files')
 QUESTIONS_FORMAT = ('one JSON object per line: {"id": ..., "question": "...", '
                     '"golden_answers": ["..."], "metadata": {...}} (or a .parquet file / save_to_disk '
-                    'directory with those columns; map other column names with columns)')
+                    'directory with those columns; map other column names with dataset.questions.columns, '
+                    'e.g. dataset.questions.columns.golden_answers=answers)')
 _MAX_WARNINGS = 20  # per source; the rest are counted in one summary line
 
 T = TypeVar("T", Passage, Question)
@@ -40,6 +44,14 @@ Parser = Callable[[dict[str, Any], str], T]
 
 class _Malformed(ValueError):
     """A record that is valid JSON but not usable; the message says what is wrong."""
+
+
+class _Missing(_Malformed):
+    """A record without one of the fields it needs (named by our field name)."""
+
+    def __init__(self, ours: str) -> None:
+        super().__init__(ours)
+        self.ours = ours
 
 
 def _as_id(value: Any, name: str = "id") -> str:
@@ -82,7 +94,10 @@ def _passage_parser(columns: Mapping[str, str]) -> Parser[Passage]:
 
 def _parse_question(obj: dict[str, Any], fallback_id: str) -> Question:
     qid = _as_id(obj["id"]) if "id" in obj else fallback_id
-    question = obj.get("question")
+    for needed in ("question", "golden_answers"):
+        if obj.get(needed) is None:
+            raise _Missing(needed)
+    question = obj["question"]
     if not isinstance(question, str) or not question.strip():
         raise _Malformed(f"'question' must be a non-empty string, got {question!r}")
     answers = _as_strings(obj.get("golden_answers"), "golden_answers")
@@ -98,8 +113,9 @@ def _parse_question(obj: dict[str, Any], fallback_id: str) -> Question:
 
 
 def _records(source: RowSource, parse: Parser[T], columns: Mapping[str, str], fields: tuple[str, ...],
-             section: str, expected: str) -> Iterator[tuple[int, T]]:
-    """Yield (line or row number, record) for each usable record; log and skip the rest."""
+             section: str, expected: str, *, skip_bad: bool = True, warn: bool = True) -> Iterator[tuple[int, T]]:
+    """Yield (line or row number, record) for each usable record. An unusable one is skipped (`skip_bad`, logged
+    when `warn`: a source read several times warns on one pass) or is a `DataError` naming it and the fix."""
     if source.columns is not None:
         absent = {ours: theirs for ours, theirs in columns.items() if theirs not in source.columns}
         if absent:
@@ -107,32 +123,48 @@ def _records(source: RowSource, parse: Parser[T], columns: Mapping[str, str], fi
                             f"dataset.{section}.columns); its columns are {', '.join(source.columns)}")
     names = {ours: columns.get(ours, ours) for ours in fields}
     skipped = used = 0
-    warned_ids = False
-    for row in source.rows:
-        try:
-            if row.values is None:
-                raise _Malformed(row.problem)
-            obj = {ours: row.values[theirs] for ours, theirs in names.items() if theirs in row.values}
-            record = parse(obj, str(row.index))
-        except _Malformed as e:
-            skipped += 1
-            if skipped <= _MAX_WARNINGS:
-                logger.warning("%s: skipped malformed %s (%s); expected %s",
-                               source.where(row.number), source.unit, e, expected)
-            continue
-        if not warned_ids and "id" not in obj:
-            warned_ids = True
-            logger.warning("%s: records have no %r field; using each record's 0-based row number as its id. "
-                           "Map an id column with dataset.%s.columns.id=<column>", source.where(row.number),
-                           names["id"], section)
-        used += 1
-        yield row.number, record
-    if skipped > _MAX_WARNINGS:
-        logger.warning("%s: %d malformed %ss skipped in all", source.name, skipped, source.unit)
+    warned_ids = not warn
+    try:
+        for row in source.rows:
+            try:
+                if row.values is None:
+                    raise _Malformed(row.problem)
+                obj = {ours: row.values[theirs] for ours, theirs in names.items() if theirs in row.values}
+                record = parse(obj, str(row.index))
+            except _Malformed as e:
+                problem = _problem(e, names, section)
+                if not skip_bad:
+                    raise DataError(f"{source.where(row.number)}: {problem}; expected {expected}. Fix or remove "
+                                    f"the {source.unit}, or skip unreadable {source.unit}s with "
+                                    f"dataset.{section}.skip_bad_lines=true") from None
+                skipped += 1
+                if warn and skipped <= _MAX_WARNINGS:
+                    logger.warning("%s: skipped malformed %s (%s); expected %s",
+                                   source.where(row.number), source.unit, problem, expected)
+                continue
+            if not warned_ids and "id" not in obj:
+                warned_ids = True
+                logger.warning("%s: records have no %r field; using each record's 0-based row number as its id. "
+                               "Map an id column with dataset.%s.columns.id=<column>", source.where(row.number),
+                               names["id"], section)
+            used += 1
+            yield row.number, record
+    finally:  # also when a limit stops reading early
+        if warn and skipped and used:
+            logger.warning("%s: %d malformed %s(s) skipped in all, %d %s read", source.name, skipped, source.unit,
+                           used, "questions" if section == "questions" else "records")
     if not used:
         seen = f"; its columns are {', '.join(source.columns)}" if source.columns is not None else ""
         mapped = f" with dataset.{section}.columns={dict(columns)}" if columns else ""
         raise DataError(f"{source.name} has no usable {source.unit}{mapped}{seen}; expected {expected}")
+
+
+def _problem(error: _Malformed, names: Mapping[str, str], section: str) -> str:
+    """What is wrong with a record, a missing field named with the column it was read from and the mapping's syntax."""
+    if isinstance(error, _Missing):
+        return (f"no {names[error.ours]!r} field (if your column has another name, map it with "
+                f"dataset.{section}.columns.{error.ours}=<column>)")
+    return str(error)
 
 
 def _open(spec: CorpusSpec | QuestionSpec, expected: str) -> RowSource:
@@ -203,10 +235,12 @@ def load_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> list[
     return questions
 
 
-def _question_records(source: RowSource, spec: QuestionSpec, limit: int | None) -> Iterator[tuple[int, Question]]:
+def _question_records(source: RowSource, spec: QuestionSpec, limit: int | None,
+                      warn: bool = True) -> Iterator[tuple[int, Question]]:
     if limit is not None and limit < 1:
         raise ValueError(f"limit={limit} must be at least 1; use None (dataset.limit=null) for all questions")
-    records = _records(source, _parse_question, spec.columns, QUESTION_FIELDS, "questions", QUESTIONS_FORMAT)
+    records = _records(source, _parse_question, spec.columns, QUESTION_FIELDS, "questions", QUESTIONS_FORMAT,
+                       skip_bad=spec.skip_bad_lines, warn=warn)
     for used, record in enumerate(records, start=1):
         yield record
         if limit is not None and used >= limit:
@@ -214,17 +248,18 @@ def _question_records(source: RowSource, spec: QuestionSpec, limit: int | None) 
 
 
 def iter_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> Iterator[Question]:
-    """`load_question_spec` one question at a time, read from the source on each call; ids are checked
-    by `count_question_spec`, which a caller runs once first."""
-    for _, question in _question_records(_open(spec, QUESTIONS_FORMAT), spec, limit):
+    """`load_question_spec` one question at a time, read from the source on each call; ids are checked, and
+    skipped lines reported, by `count_question_spec`, which a caller runs once first."""
+    for _, question in _question_records(_open(spec, QUESTIONS_FORMAT), spec, limit, warn=False):
         yield question
 
 
-def count_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> int:
+def count_question_spec(spec: QuestionSpec, *, limit: int | None = None, warn: bool = True) -> int:
     """How many questions `iter_question_spec` yields; an id used twice is the `DataError` `load_question_spec`
-    raises. Holds 8 bytes per question (a hash of its id), not the questions or their ids."""
+    raises, and lines skipped are logged (when `warn`). Holds 8 bytes per question (a hash of its id), not the
+    questions or their ids."""
     hashes = array("q")
-    for _, question in _question_records(_open(spec, QUESTIONS_FORMAT), spec, limit):
+    for _, question in _question_records(_open(spec, QUESTIONS_FORMAT), spec, limit, warn):
         hashes.append(hash(question.id))
     # Equal hashes are almost always one id used twice; only those ids are looked at again, exactly.
     ordered = np.sort(np.frombuffer(hashes, dtype=np.int64)) if hashes else np.zeros(0, np.int64)
@@ -232,7 +267,7 @@ def count_question_spec(spec: QuestionSpec, *, limit: int | None = None) -> int:
     if suspects:
         source = _open(spec, QUESTIONS_FORMAT)
         ids = _UniqueIds(source)
-        for number, question in _question_records(source, spec, limit):
+        for number, question in _question_records(source, spec, limit, warn=False):
             if hash(question.id) in suspects:
                 ids.add(question.id, number)
     return len(hashes)

@@ -107,6 +107,9 @@ class QuestionSpec:
     columns: Mapping[str, str] = field(default_factory=dict)
     """Our field -> the source's column: `id`, `question`, `golden_answers` (a list column or a
     single string column), `metadata`, `gold_doc_ids` (stored in the question's metadata)."""
+    skip_bad_lines: bool = False
+    """Skip a line (row) that is not a usable question, with a warning and a count of those skipped; False
+    refuses the whole source at the first one, so a comparison never runs on fewer questions unnoticed."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "columns", _mapped(self.columns))
@@ -115,6 +118,9 @@ class QuestionSpec:
         """Raise `DataError` naming the setting to fix when the spec cannot be loaded."""
         _check_source("questions", self.path, self.hf_name, self.data_files)
         _check_columns("questions", self.columns, QUESTION_FIELDS)
+        if not isinstance(self.skip_bad_lines, bool):
+            raise DataError(f"dataset.questions.skip_bad_lines={self.skip_bad_lines!r} must be true or false; "
+                            "set dataset.questions.skip_bad_lines=true to skip unreadable question lines")
 
     @property
     def source(self) -> str:

@@ -25,6 +25,7 @@ from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity
 from rollout.paths import CONF_DIR
 from rollout.run.config import RunConfig
+from rollout.run.dataset import unread_dataset_override
 from rollout.run.driver import run
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
 from rollout.run.ray_session import ray_for_the_sweep
@@ -77,6 +78,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     if key := token_on_command_line(args):
         print(f"error: {key}= on the command line would be written to multirun.yaml and Hydra's logs; "
               f"export {TOKEN_ENV}=<token> instead (or pass {key}='${{oc.env:YOUR_VARIABLE}}')", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if problem := unread_dataset_override(args):
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     jobs: list[JobEnd] = []
 

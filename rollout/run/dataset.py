@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -11,7 +11,7 @@ from typing import Any, overload
 from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, materialize_corpus
 from rollout.data.loaders import count_question_spec, iter_question_spec
 from rollout.errors import ConfigError
-from rollout.paths import PROJECT_ROOT
+from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.records import Question
 
 
@@ -34,6 +34,8 @@ class DatasetConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DatasetConfig:
+        """The typed dataset; a setting its kind does not read is a `ConfigError` (`check_dataset_keys`)."""
+        check_dataset_keys(d)
         d = dict(d)
         try:
             corpus = CorpusSpec(**_with_project_path(d.pop("corpus", None) or {}))
@@ -41,6 +43,82 @@ class DatasetConfig:
             return cls(corpus=corpus, questions=questions, **d)
         except TypeError as e:
             raise ConfigError(f"unexpected dataset setting: {e}. Compare with conf/dataset/files.yaml") from e
+
+
+READ_BY_KIND = {
+    "demo": ("name", "kind", "limit", "n_passages", "n_questions", "seed"),
+    "files": ("name", "kind", "limit", "corpus", "questions"),
+}
+"""The `dataset.*` settings each kind reads: the generator's, or the corpus and question sources."""
+
+
+def check_dataset_keys(d: Mapping[str, Any]) -> None:
+    """A `ConfigError` naming the fix when `d` (the `dataset` config) sets something its kind would not read.
+
+    Nothing is accepted and ignored: `+dataset.corpus.path=...` on the built-in knowledge base would otherwise run
+    the demo and name the folder after a path that was never read."""
+    kind = d.get("kind")
+    read = READ_BY_KIND.get(kind) if isinstance(kind, str) else None
+    if read is None:
+        raise ConfigError(f"unknown dataset kind {kind!r}: use kind: demo or kind: files (see conf/dataset/)")
+    unread = {key: leaves for key in d if key not in read and (leaves := _leaves(key, d[key]))}
+    if not unread:
+        return
+    keys = ", ".join(next(iter(unread.values())))
+    reads = ", ".join(f"dataset.{k}" + (".*" if k in ("corpus", "questions") else "") for k in read[2:])
+    if kind == "demo":
+        fix = ("for your own corpus and questions choose dataset=files: python -m rollout dataset=files "
+               "dataset.corpus.path=<folder or file> dataset.questions.path=<file>"
+               if {"corpus", "questions"} & set(unread) else "remove it")
+        raise ConfigError(f"{keys} is not read by the built-in knowledge base (dataset=demo, which reads {reads}), "
+                          f"so it would change nothing; {fix}")
+    raise ConfigError(f"{keys} is not read by a dataset of files (kind: files, which reads {reads}), so it would "
+                      "change nothing; remove it (the built-in knowledge base, dataset=demo, has n_passages, "
+                      "n_questions and seed)")
+
+
+def unread_dataset_override(args: Sequence[str]) -> str | None:
+    """Why a `dataset.<key>=value` override in `args` (without `+`) names a setting the chosen dataset does not read,
+    as `check_dataset_keys` says it; None when none does. Hydra would refuse it first, suggesting `+dataset.<key>`,
+    which then runs the chosen dataset without the setting (and is refused by `check_dataset_keys`)."""
+    from omegaconf import OmegaConf
+
+    overrides = [a.partition("=") for a in args if "=" in a and not a.startswith("-")]
+    choices = [value for key, _, value in overrides if key.lstrip("+") == "dataset"]
+    choice = choices[-1] if choices else _default_dataset()
+    config = CONF_DIR / "dataset" / f"{choice}.yaml"
+    if choice is None or "," in choice or not config.is_file():
+        return None  # a sweep over datasets, or a name Hydra itself reports
+    dataset = OmegaConf.load(config)
+    absent = object()
+    for key, _, value in overrides:
+        path = key.removeprefix("dataset.")
+        if path == key or OmegaConf.select(dataset, path, default=absent) is not absent:
+            continue  # not a dataset setting (a `+` or `~` one included), or one the config has
+        extended = OmegaConf.create(OmegaConf.to_container(dataset))
+        OmegaConf.update(extended, path, value, force_add=True)
+        try:
+            check_dataset_keys(OmegaConf.to_container(extended))
+        except ConfigError as e:
+            return str(e)
+    return None
+
+
+def _default_dataset() -> str | None:
+    from omegaconf import OmegaConf
+
+    for entry in OmegaConf.load(CONF_DIR / "config.yaml").get("defaults", []):
+        if isinstance(entry, Mapping) and "dataset" in entry:
+            return str(entry["dataset"])
+    return None
+
+
+def _leaves(key: str, value: Any) -> list[str]:
+    """`dataset.<key>`, or the settings under it when it is a section (`dataset.corpus.path`); a null one sets
+    nothing and is left out (`rollout export` adds `dataset.corpus.path=null` to any dataset)."""
+    if isinstance(value, Mapping):
+        return [leaf for k, v in value.items() for leaf in _leaves(f"{key}.{k}", v)]
+    return [] if value is None else [f"dataset.{key}"]
 
 
 def _with_project_path(section: dict[str, Any]) -> dict[str, Any]:
@@ -59,13 +137,14 @@ class QuestionSet(Sequence[Question]):
 
     A run of a million questions would otherwise keep a million `Question`s (about 1 KB each) for its
     whole length. Constructing one reads the source once: it counts the questions and checks their ids
-    (`count_question_spec`). Iterating reads it again; indexing reads up to the index.
+    (`count_question_spec`), and logs the lines it skips once (unless `warn` is False). Iterating reads it
+    again; indexing reads up to the index.
     """
 
-    def __init__(self, spec: QuestionSpec, limit: int | None = None):
+    def __init__(self, spec: QuestionSpec, limit: int | None = None, *, warn: bool = True):
         self.spec = spec
         self.limit = limit
-        self._count = count_question_spec(spec, limit=limit)
+        self._count = count_question_spec(spec, limit=limit, warn=warn)
 
     def __len__(self) -> int:
         return self._count
@@ -89,7 +168,7 @@ class QuestionSet(Sequence[Question]):
 
     def whole(self) -> QuestionSet:
         """Every question of the source, whatever the limit."""
-        return self if self.limit is None else QuestionSet(self.spec)
+        return self if self.limit is None else QuestionSet(self.spec, warn=False)  # this set's count warned
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,13 @@ IDENTITY_ROOTS = (
 """Config keys (and everything under them) that can change a result."""
 
 NOT_IDENTITY = (
-    "dataset.name", "dataset.limit", "retriever.kind", "retriever.dense.batch_size",
-    "retriever.dense.max_query_batch", "retriever.dense.batch_wait_ms",
+    "dataset.name", "dataset.limit", "dataset.questions.skip_bad_lines", "retriever.kind",
+    "retriever.dense.batch_size", "retriever.dense.max_query_batch", "retriever.dense.batch_wait_ms",
     "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
     "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
 )
-"""Keys under an identity root that change only speed, cost accounting or retries, or that name the run."""
+"""Keys under an identity root that change only speed, cost accounting or retries, or that name the run
+(`dataset.questions.skip_bad_lines` changes which questions there are, and the questions' hash records that)."""
 
 _IN_PATH_ALREADY = ("mode", "mode_name", "dataset", "experiment", "retriever")
 """Overrides the default folder already shows (`mode`, `dataset` via the experiment) or that select only

@@ -96,3 +96,19 @@ def test_columns_do_not_apply_to_a_folder(tmp_path: Path):
         with pytest.raises(DataError, match=r"folder of \.md/\.txt documents.*columns \{'id': 'doc_key', 'text': "
                                             r"'body'\} cannot apply.*dataset\.corpus\.columns\.id=null"):
             call()
+
+
+def test_empty_files_are_no_documents_and_are_counted_once(tmp_path: Path, caplog):
+    root = write_folder(tmp_path / "docs", {"a.md": "# A\n\nReal text.", "b/empty.md": "", "c.txt": "  \n\t\n",
+                                            "d.md": "More text."})
+    with caplog.at_level(logging.INFO, logger="rollout.data.folder"):
+        passages = load_corpus_spec(CorpusSpec(path=str(root)))
+    assert [p.id for p in passages] == ["a.md", "d.md"]
+    lines = [r.getMessage() for r in caplog.records if "empty" in r.getMessage()]
+    assert len(lines) == 1 and "skipped 2 empty files" in lines[0] and "b/empty.md" in lines[0]
+
+
+def test_a_folder_of_empty_files_is_an_error(tmp_path: Path):
+    root = write_folder(tmp_path / "docs", {"a.md": "", "b.txt": "\n"})
+    with pytest.raises(DataError, match="every document file is empty"):
+        load_corpus_spec(CorpusSpec(path=str(root)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.data import load_corpus, load_questions
+from rollout.data import QuestionSpec, load_corpus, load_question_spec, load_questions
 from rollout.errors import DataError
 from rollout.records import Passage, Question
 
@@ -64,7 +64,7 @@ def test_records_without_ids_get_row_numbers_with_one_warning(tmp_path: Path, ca
     assert len(caplog.records) == 1 and "columns.id" in caplog.text
 
 
-def test_malformed_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path, caplog):
+def test_malformed_question_lines_are_refused_or_on_request_reported_and_skipped(tmp_path: Path, caplog):
     path = _write(tmp_path / "q.jsonl", [
         {"id": "ok1", "question": "Q1?", "golden_answers": ["a"]},
         "{not json",                                                    # line 2
@@ -74,8 +74,10 @@ def test_malformed_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Pa
         "[1, 2]",                                                       # line 6: not an object
         {"id": "ok2", "question": "Q2?", "golden_answers": ["b"]},
     ])
+    with pytest.raises(DataError, match=f"{path}:2: .*skip_bad_lines=true"):
+        load_questions(path)
     with caplog.at_level(logging.WARNING, logger="rollout.data.loaders"):
-        questions = load_questions(path)
+        questions = load_question_spec(QuestionSpec(path=str(path), skip_bad_lines=True))
     assert [q.id for q in questions] == ["ok1", "ok2"]
     warned = "\n".join(r.getMessage() for r in caplog.records)
     for lineno in (2, 3, 4, 5, 6):

@@ -102,7 +102,7 @@ def test_malformed_table_rows_are_reported_with_row_numbers_and_skipped(tmp_path
               {"id": "b", "question": "", "golden_answers": ["x"]},
               {"id": "c", "question": "Q?", "golden_answers": []},
               {"id": "d", "question": "Q?", "golden_answers": ["y"]}]
-    q_spec = QuestionSpec(**write_source("parquet", q_rows, tmp_path / "p"))
+    q_spec = QuestionSpec(**write_source("parquet", q_rows, tmp_path / "p"), skip_bad_lines=True)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="rollout.data.loaders"):
         assert [q.id for q in load_question_spec(q_spec)] == ["a", "d"]
@@ -116,7 +116,7 @@ def test_no_usable_row_names_the_source_its_columns_and_the_expected_fields(tmp_
     with pytest.raises(DataError, match=r"data\.parquet has no usable row; its columns are key, passage; "
                                         r"expected .*\"contents\".*columns"):
         load_corpus_spec(spec)
-    q = QuestionSpec(**write_source("save_to_disk", [{"id": "a", "question": "Q?"}], tmp_path))
+    q = QuestionSpec(**write_source("save_to_disk", [{"id": "a", "question": "Q?"}], tmp_path), skip_bad_lines=True)
     with pytest.raises(DataError, match="no usable row.*golden_answers"):
         load_question_spec(q)
 

@@ -1,0 +1,46 @@
+"""A `dataset.*` setting the chosen dataset does not read is refused before anything starts, naming `dataset=files`."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from rollout.errors import ConfigError
+from rollout.run.app import main
+from rollout.run.config import compose_run_config
+from rollout.run.dataset import check_dataset_keys, unread_dataset_override
+
+
+@pytest.mark.parametrize("override", ["+dataset.corpus.path=/data/notes", "+dataset.questions.path=/data/qa.jsonl"])
+def test_an_added_corpus_or_question_path_on_the_demo_names_dataset_files(override: str):
+    with pytest.raises(ConfigError, match="not read by the built-in knowledge base.*choose dataset=files") as e:
+        compose_run_config(override)
+    assert "\n" not in str(e.value) and override[1:].partition("=")[0] in str(e.value)
+
+
+def test_a_generator_setting_on_a_files_dataset_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="dataset.n_passages is not read by a dataset of files"):
+        compose_run_config("dataset=files", f"dataset.corpus.path={tmp_path}", f"dataset.questions.path={tmp_path}",
+                           "+dataset.n_passages=10")
+
+
+def test_the_settings_each_kind_reads_pass():
+    check_dataset_keys({"name": "demo", "kind": "demo", "n_passages": 5, "n_questions": 5, "seed": 0, "limit": 2})
+    check_dataset_keys({"name": "x", "kind": "files", "corpus": {"path": "c"}, "questions": {"path": "q"}, "limit": 1})
+    check_dataset_keys({"name": "demo", "kind": "demo", "corpus": {"path": None}})  # null sets nothing
+
+
+def test_without_plus_the_same_rule_answers_instead_of_hydras_hint():
+    problem = unread_dataset_override(["mode=sparse", "dataset.corpus.path=/data/notes"])
+    assert problem is not None and "dataset=files" in problem and "+dataset" not in problem
+    assert unread_dataset_override(["dataset=files", "dataset.corpus.path=/data/notes"]) is None
+    assert unread_dataset_override(["dataset.limit=3"]) is None
+
+
+@pytest.mark.parametrize("override", ["dataset.corpus.path=/data/notes", "+dataset.corpus.path=/data/notes"])
+def test_the_command_exits_2_with_one_line_before_starting_anything(tmp_path, capsys, override: str):
+    assert main(["mode=sparse", override, f"output_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset=files" in err and "Traceback" not in err and "+dataset.corpus.path" not in err
+    assert not (tmp_path / "out" / "trajectory.jsonl").exists()
+    assert not ray.is_initialized()
