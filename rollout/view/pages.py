@@ -25,7 +25,7 @@ from typing import Any
 from rollout.errors import ReportError
 from rollout.report.compare import Comparison, compare_runs, distinct_labels
 from rollout.report.extra_scores import ExtraScores, read_scores
-from rollout.report.scoring import STATUSES, t_interval
+from rollout.report.scoring import STATUSES, metric_interval
 from rollout.summary import Calibration
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
 from rollout.view.index import TrajectoryIndex
@@ -70,7 +70,8 @@ class Metric:
     name: str
     value: float | None
     ci: tuple[float, float] | None
-    """Student-t 95% interval over questions (each question's mean over its scored repeats)."""
+    """Student-t 95% interval over questions (each question's mean over its scored repeats), clipped to [0, 1] when
+    the values lie there (`rollout.report.scoring.metric_interval`, as in the evaluation summary)."""
     n: int
     """Questions it is averaged over."""
 
@@ -148,7 +149,7 @@ def _metric(name: str, keys: list[str], values: list[float | None], *, one_per_q
             if value is not None:
                 per_question.setdefault(key, []).append(value)
         means = [_mean(v) for v in per_question.values()]
-    return Metric(name, _mean(scored), t_interval(means) if len(means) > 1 else None, len(means))
+    return Metric(name, _mean(scored), metric_interval(means), len(means))
 
 
 def run_summary(run: Run) -> RunSummaryView:
