@@ -65,6 +65,10 @@ def open_runs(folders: Sequence[Path]) -> list[Run]:
             for n, (folder, label) in enumerate(zip(folders, labels, strict=True))]
 
 
+SUMMARY_METRICS = {"EM": "em", "F1": "f1", "retrieval recall": "recall"}
+"""The built-in metrics a run's summary shows first (the run's extra metrics follow), and their index columns."""
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     name: str
@@ -201,9 +205,7 @@ def _task_summary(run: Run) -> RunSummaryView:
     return RunSummaryView(
         tasks=n, statuses={s: statuses.get(s, 0) for s in STATUSES},
         scored=sum(v is not None for v in cols["em"]),
-        metrics=[_metric("EM", ids, cols["em"], one_per_question=one_each),
-                 _metric("F1", ids, cols["f1"], one_per_question=one_each),
-                 _metric("retrieval recall", ids, cols["recall"], one_per_question=one_each)],
+        metrics=[_metric(name, ids, cols[column], one_per_question=one_each) for name, column in SUMMARY_METRICS.items()],
         truncated=sum(cols["truncated"]), out_of_turns=sum(cols["out_of_turns"]),
         out_of_context=sum(cols["out_of_context"]),
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),

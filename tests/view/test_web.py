@@ -209,3 +209,14 @@ def test_a_cards_gold_count_is_the_passages_the_documents_table_marks_gold(tmp_p
     for p in ("p1", "p2", "p4"):
         assert f'<span class="doc gold">{p}</span>' in page
     assert '<span class="doc ">p3</span>' in page
+
+
+def test_the_front_page_of_a_sweep_shows_each_runs_scores(sweep: tuple[Path, Path]) -> None:
+    page = client(*sweep).get("/").text
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr><td><a href="/run/\d+">(\w+)</a>.*?</tr>', page)}
+    assert set(rows) == {"dense", "hybrid"}
+    cells = {label: re.findall(r'<td class="n">([^<]*)</td>', row) for label, row in rows.items()}
+    # tasks, scored, EM, F1, retrieval recall: dense's failed task is not scored
+    assert cells["dense"] == ["6", "5", "0.600", "0.600", "1.000"]
+    assert cells["hybrid"] == ["6", "6", "0.667", "0.667", "1.000"]
+    assert "<th>EM</th>" in page.replace(' class="n"', "")
