@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from envs.task_session import TaskSession
 from rollout.events import EventLog, ToolResultEvent
@@ -20,7 +20,7 @@ class _Surface:
 
     gateway_config = GatewayFile(modules=[{"resource_type": "rag", "tool_groups": ["rag_query"]}])
     system_prompt = ""
-    tool_specs: list[dict[str, Any]] = []
+    tool_specs: ClassVar[list[dict[str, Any]]] = []
 
     def tool_specs_for(self, active_groups: Iterable[str]) -> list[dict[str, Any]]:
         return []
