@@ -13,9 +13,6 @@ from rollout.wire import TOOLSETS_GROUP
 if TYPE_CHECKING:
     from rollout.gateway_file import GatewayFile
 
-EVENT_TEXT_LIMIT = 2000
-"""Characters of a tool result kept in its event; the full text stays in the agent's messages."""
-
 
 class ToolSurface(Protocol):
     """What a task session needs of its environment (`HttpMCPEnv` is one); a protocol, so this module
@@ -68,7 +65,7 @@ class TaskSession:
         if self.events is not None:
             self.events.emit(ToolResultEvent(
                 call_id=call_id, name=name, ok=record.ok, outcome=record.outcome,
-                text=result.text[:EVENT_TEXT_LIMIT], latency_ms=record.latency_ms, result_ids=record.result_ids,
+                text=result.text, latency_ms=record.latency_ms, result_ids=record.result_ids,
             ))
         if self.active_toolsets is not None and result.ok and self.env.group_of(name) == TOOLSETS_GROUP:
             active = (result.structured or {}).get("active_toolsets")

@@ -85,7 +85,8 @@ class ToolResultEvent(Event):
     outcome: str
     """`rollout.wire.Outcome`: ok, tool_error, invalid_arguments, unknown_tool, timeout, transport_error."""
     text: str
-    """The result text the agent saw (the error message when not ok)."""
+    """The result text the agent saw, whole (the error message when not ok): what `rollout view --full` and the
+    web viewer's task page show. Records written before it was kept whole hold its first 2,000 characters."""
     latency_ms: float
     result_ids: list[str] = field(default_factory=list)
 

@@ -17,7 +17,8 @@ otherwise lose its hardest questions and look better than it is).
 Repeats: a run asks each question `repeats` times (records carry `repeat`, 0-based). The metrics
 are the mean over every scored record. With more than one repeat the summary adds, per metric, a
 95% CI over repeats (each repeat's mean, then their mean ± t(0.975, N-1) · sd / √N: Student's t,
-since N is small and each repeat's mean is itself an average of many tasks; clipped to [0, 1]) and `pass_at_k` for
+since N is small and each repeat's mean is itself an average of many tasks; clipped to [0, 1] when the values
+lie there, `metric_interval`, as the viewer's intervals are) and `pass_at_k` for
 k = 1..N (Chen et al. 2021's unbiased estimator on exact match, per question then averaged over
 the questions with at least k scored records).
 
@@ -130,6 +131,16 @@ def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float,
     return float(x.mean()) - half, float(x.mean()) + half
 
 
+def metric_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """`t_interval` of a metric's values, clipped to [0, 1] when every value lies there (the built-in metrics always
+    do): a t-interval over few or skewed values overshoots the range no mean can leave. The one rule of the
+    evaluation summary and the viewer."""
+    interval = t_interval(values, level)
+    if interval is None or not all(0.0 <= v <= 1.0 for v in values):
+        return interval
+    return max(interval[0], 0.0), min(interval[1], 1.0)
+
+
 class _Tally:
     """Everything the summary needs, added record by record (see `rollout.report.running`)."""
 
@@ -201,10 +212,7 @@ class _Tally:
         repeat_means = [self.by_repeat[k].means() for k in sorted(self.by_repeat)]
         ci: dict[str, tuple[float, float] | None] = {}
         for m in self.metrics:
-            interval = t_interval([means[m] for means in repeat_means if means[m] is not None])
-            # A t-interval over few repeats can overshoot the range of the values.
-            if interval is not None and m in METRICS:  # these lie in [0, 1]: so do their intervals
-                interval = (max(interval[0], 0.0), min(interval[1], 1.0))
+            interval = metric_interval([means[m] for means in repeat_means if means[m] is not None])
             ci[m] = None if interval is None else (round(interval[0], 4), round(interval[1], 4))
         return RepeatStats(by_repeat=by_repeat, ci95=ci, pass_at_k=_pass_at_k(self.right, repeats),
                            pass_at_k_by_metric={m: _pass_at_k(right, repeats) for m, right in self.right_by.items()})

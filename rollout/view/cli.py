@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import heapq
 import json
 import os
 import re
@@ -146,16 +147,21 @@ def _filters(args: argparse.Namespace) -> str:
 
 
 def show_table(file: Path, args: argparse.Namespace, console: Console) -> int:
-    """Stream the file into the table: totals over all tasks, rows for the first `--limit` matches."""
+    """Stream the file into the table: totals over all tasks, rows for the first `--limit` matches in question
+    order (`TaskRow.order`; the file holds them in the order they finished)."""
     matches = _matcher(args)
-    totals, rows, matched = Totals(), [], 0
-    for data in iter_tasks(file):
-        row = TaskRow.from_json(data)
-        totals.add(row)
-        if matches(row):
-            matched += 1
-            if len(rows) < args.limit:
-                rows.append(row)
+    totals, matched = Totals(), 0
+
+    def matching() -> Iterator[TaskRow]:
+        nonlocal matched
+        for data in iter_tasks(file):
+            row = TaskRow.from_json(data)
+            totals.add(row)
+            if matches(row):
+                matched += 1
+                yield row
+
+    rows = heapq.nsmallest(args.limit, matching(), key=lambda r: r.order)  # keeps `--limit` rows, not the file
     console.print(Text(str(file), style="dim"))
     render_table(console, rows, totals, matched, _filters(args))
     return 0

@@ -25,7 +25,7 @@ from typing import Any
 from rollout.errors import ReportError
 from rollout.report.compare import Comparison, compare_runs, distinct_labels
 from rollout.report.extra_scores import ExtraScores, read_scores
-from rollout.report.scoring import STATUSES, t_interval
+from rollout.report.scoring import STATUSES, metric_interval
 from rollout.summary import Calibration
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
 from rollout.view.index import TrajectoryIndex
@@ -65,12 +65,17 @@ def open_runs(folders: Sequence[Path]) -> list[Run]:
             for n, (folder, label) in enumerate(zip(folders, labels, strict=True))]
 
 
+SUMMARY_METRICS = {"EM": "em", "F1": "f1", "retrieval recall": "recall"}
+"""The built-in metrics a run's summary shows first (the run's extra metrics follow), and their index columns."""
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     name: str
     value: float | None
     ci: tuple[float, float] | None
-    """Student-t 95% interval over questions (each question's mean over its scored repeats)."""
+    """Student-t 95% interval over questions (each question's mean over its scored repeats), clipped to [0, 1] when
+    the values lie there (`rollout.report.scoring.metric_interval`, as in the evaluation summary)."""
     n: int
     """Questions it is averaged over."""
 
@@ -148,7 +153,7 @@ def _metric(name: str, keys: list[str], values: list[float | None], *, one_per_q
             if value is not None:
                 per_question.setdefault(key, []).append(value)
         means = [_mean(v) for v in per_question.values()]
-    return Metric(name, _mean(scored), t_interval(means) if len(means) > 1 else None, len(means))
+    return Metric(name, _mean(scored), metric_interval(means), len(means))
 
 
 def run_summary(run: Run) -> RunSummaryView:
@@ -200,9 +205,7 @@ def _task_summary(run: Run) -> RunSummaryView:
     return RunSummaryView(
         tasks=n, statuses={s: statuses.get(s, 0) for s in STATUSES},
         scored=sum(v is not None for v in cols["em"]),
-        metrics=[_metric("EM", ids, cols["em"], one_per_question=one_each),
-                 _metric("F1", ids, cols["f1"], one_per_question=one_each),
-                 _metric("retrieval recall", ids, cols["recall"], one_per_question=one_each)],
+        metrics=[_metric(name, ids, cols[column], one_per_question=one_each) for name, column in SUMMARY_METRICS.items()],
         truncated=sum(cols["truncated"]), out_of_turns=sum(cols["out_of_turns"]),
         out_of_context=sum(cols["out_of_context"]),
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),

@@ -8,6 +8,7 @@ switch on bold. Render functions take the console so tests can record what they 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -83,6 +84,8 @@ def _num(n: float | None) -> str:
 
 # --- the table of tasks -------------------------------------------------------------------------
 
+_ID_PARTS = re.compile(r"\d+|\D+")
+
 
 @dataclass(slots=True)
 class TaskRow:
@@ -97,8 +100,17 @@ class TaskRow:
     latency_s: float
     answer: str
     """The prediction, or the error of a failed task, already cut for the table."""
+    gold: str
+    """The gold answers, joined by " | " and cut for the table."""
+    repeat: int
     finished_t: float | None
     """Unix time of the task's last event (None for records without events)."""
+
+    @property
+    def order(self) -> tuple[tuple[tuple[int, int | str], ...], int]:
+        """Where the table lists the task: question order, which is id order with the numbers within ids read as
+        numbers (q-9 before q-10), then repeat order."""
+        return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _ID_PARTS.findall(self.id)), self.repeat
 
     @classmethod
     def from_json(cls, data: dict[str, Any], answer_chars: int = 60) -> TaskRow:
@@ -120,6 +132,8 @@ class TaskRow:
             tokens=tokens,
             latency_s=float(data.get("latency_s") or 0.0),
             answer=clip(" ".join((prediction or str(error or "")).split()), answer_chars),
+            gold=clip(" ".join(" | ".join(map(str, data.get("golden_answers") or [])).split()), answer_chars // 2),
+            repeat=int(data.get("repeat") or 0),
             finished_t=events[-1].get("t") if events else None,
         )
 
@@ -167,15 +181,15 @@ def render_table(console: Console, rows: list[TaskRow], totals: Totals, matched:
     table = Table(title_justify="left", expand=False)
     for name, justify in (("id", "left"), ("status", "left"), ("EM", "right"), ("turns", "right"),
                           ("tools", "right"), ("tokens", "right"), ("latency s", "right"),
-                          ("prediction / error", "left")):
+                          ("prediction / error", "left"), ("gold", "left")):
         table.add_column(name, justify=justify, overflow="fold" if name == "id" else "ellipsis",
                          no_wrap=name != "id")
     for r in rows:
         answer = Text(r.answer, style="red" if r.status != "ok" else ("green" if r.em else ""))
         table.add_row(r.id, _status(r.status), f"{r.em:.0f}", str(r.turns), str(r.tool_calls),
-                      _num(r.tokens), f"{r.latency_s:.2f}", answer)
+                      _num(r.tokens), f"{r.latency_s:.2f}", answer, r.gold)
     if not rows:
-        table.add_row(Text("(no tasks match)", style="dim"), *[""] * 7)
+        table.add_row(Text("(no tasks match)", style="dim"), *[""] * 8)
     console.print(table)
     console.print(totals.line())
     if len(rows) < totals.n:

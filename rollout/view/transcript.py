@@ -48,6 +48,8 @@ class ToolCard:
     """The result is a relevance view (a compact chart the agent read): shown whole, monospaced."""
     result_ids: list[str]
     gold_ids: set[str]
+    """The returned ids that are gold (`_gold_marks`: it or its document is named gold), as the documents table
+    marks them."""
     accounting: dict[str, Any] | None
 
 
@@ -172,14 +174,27 @@ def _card(anchor: str, call: ToolCallEvent | None, result: ToolResultEvent | Non
         ok, outcome, latency, text, ids = record.ok, record.outcome, record.latency_ms, record.error or "", record.result_ids
     else:
         ok, outcome, latency, text, ids = None, "no result", None, "", []
-    doc_ids = list(record.result_doc_ids) if record is not None else []
+    # the record's ids when it has them: the event's are the same ones, without their documents
+    marked = (_gold_marks(record.result_ids, _doc_ids(record), gold) if record is not None and record.result_ids
+              else [(str(i), str(i) in gold) for i in ids])
     accounting = record.accounting.to_json() if record is not None and record.accounting is not None else None
     return ToolCard(
         anchor=anchor, name=name, arguments=_json(arguments), ok=ok, outcome=outcome, latency_ms=latency,
         result=text, preview=text if len(text) <= RESULT_PREVIEW_CHARS else text[:RESULT_PREVIEW_CHARS] + "…",
         relevance=is_relevance_view(text), result_ids=[str(i) for i in ids],
-        gold_ids={str(i) for i in ids} & gold | {str(d) for d in doc_ids} & gold, accounting=accounting,
+        gold_ids={pid for pid, is_gold in marked if is_gold}, accounting=accounting,
     )
+
+
+def _doc_ids(call: ToolCallRecord) -> list[str]:
+    """The source document of each id the call returned (the ids themselves in records without them)."""
+    return call.result_doc_ids if len(call.result_doc_ids) == len(call.result_ids) else call.result_ids
+
+
+def _gold_marks(result_ids: list[str], doc_ids: list[str], gold: set[str]) -> list[tuple[str, bool]]:
+    """Each returned id in rank order, and whether it is gold: it or its source document is named gold. The one rule
+    of a card's marks and count, the relevance chart and the documents table."""
+    return [(str(pid), str(pid) in gold or str(did) in gold) for pid, did in zip(result_ids, doc_ids, strict=True)]
 
 
 def _retrieved(calls: list[ToolCallRecord], gold: set[str]) -> tuple[list[RetrievedDoc], list[RelevanceStrip]]:
@@ -189,13 +204,10 @@ def _retrieved(calls: list[ToolCallRecord], gold: set[str]) -> tuple[list[Retrie
     times: Counter[str] = Counter()
     chart: list[RelevanceStrip] = []
     for n, c in enumerate(calls, start=1):
-        doc_ids = c.result_doc_ids if len(c.result_doc_ids) == len(c.result_ids) else c.result_ids
-        cells = []
-        for rank, (pid, did) in enumerate(zip(c.result_ids, doc_ids, strict=True), start=1):
-            is_gold = str(pid) in gold or str(did) in gold
-            cells.append((str(pid), is_gold))
-            times[str(pid)] += 1
-            first.setdefault(str(pid), (n, rank, is_gold))
+        cells = _gold_marks(c.result_ids, _doc_ids(c), gold)
+        for rank, (pid, is_gold) in enumerate(cells, start=1):
+            times[pid] += 1
+            first.setdefault(pid, (n, rank, is_gold))
         if cells:
             query = c.arguments.get("query") if isinstance(c.arguments, dict) else None
             chart.append(RelevanceStrip(n, c.name, "" if query is None else str(query), cells))

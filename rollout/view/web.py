@@ -34,6 +34,7 @@ from rollout.errors import ViewError
 from rollout.report.scoring import METRICS, STATUSES
 from rollout.view.pages import (
     CELLS,
+    SUMMARY_METRICS,
     Run,
     comparison,
     comparison_plots,
@@ -144,7 +145,10 @@ class Viewer:
     # --- sections -------------------------------------------------------------------------------
 
     def home_section(self, page_id: str = "home", route: str = "") -> str:
-        return self.render("home.html.j2", page_id=page_id, route=route, root=self.root)
+        """The runs, each with its main scores: the built-in metrics the run page's summary shows first."""
+        summaries = [run_summary(run) for run in self.runs]
+        return self.render("home.html.j2", page_id=page_id, route=route, root=self.root, summaries=summaries,
+                           metric_names=list(SUMMARY_METRICS))
 
     def run_section(self, run: Run, query: TableQuery, *, page_id: str = "run", route: str = "", all_rows: bool = False) -> str:
         """The run page; `all_rows` renders every task (the static file filters and pages in the browser)."""

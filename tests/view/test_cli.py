@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -24,6 +25,8 @@ from rollout.events import (
 from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.view import cli as view
 from rollout.view.render import format_live_event
+from tests.view.made_runs import task as made_task
+from tests.view.made_runs import write_run as write_made_run
 
 T0 = 1_700_000_000.0
 DENSE = "query_knowledge_base_dense"
@@ -365,3 +368,22 @@ def test_the_table_filters_and_counts_infra_errors(tmp_path):
     assert code == 0 and [t for t in ("q-001", "q-006") if f" {t} " in out] == ["q-006"]
     assert "infra_error 1" in out.strip().splitlines()[-2]
     assert "infra_error" not in run_view(write_run(tmp_path / "other"))[1].strip().splitlines()[-1]
+
+
+def test_table_lists_tasks_in_id_order_with_their_gold(tmp_path):
+    """Tasks finish in any order; the table lists them by id, numbers within ids read as numbers."""
+    finished = [made_task(q, f"question {q}", f"gold of {q}", f"gold of {q}" if q != "q-10" else "no")
+                for q in ("q-10", "q-2", "q-1", "q-9")]
+    code, out = run_view(write_made_run(tmp_path / "run", finished))
+    assert code == 0
+    shown = [line.split("│")[1].strip() for line in out.splitlines() if re.match(r"^│ q-\d+ ", line)]
+    assert shown == ["q-1", "q-2", "q-9", "q-10"]
+    header = next(line for line in out.splitlines() if "prediction / error" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")][-1] == "gold"
+    assert row_of(out, "q-10")[-2:] == ["no", "gold of q-10"]
+
+
+def test_table_limit_keeps_the_first_tasks_in_id_order(tmp_path):
+    finished = [made_task(q, "?", "x", "x") for q in ("q-3", "q-1", "q-2")]
+    _, out = run_view(write_made_run(tmp_path / "run", finished), "--limit", "2")
+    assert " q-1 " in out and " q-2 " in out and " q-3 " not in out

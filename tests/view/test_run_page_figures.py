@@ -20,6 +20,7 @@ from rollout.run_folder import (
     write_summary,
 )
 from rollout.view.pages import REPORT_HEAD, _mean, open_runs, run_summary, tool_table
+from tests.view.made_runs import task, write_run
 
 
 def _same(values: list) -> None:
@@ -96,3 +97,12 @@ def test_the_tools_table_of_a_long_report_is_read_from_its_head(tmp_path: Path) 
 
     path.write_text("[" + json.dumps(_report(tools, 20_000)) + "]", encoding="utf-8")  # long, but not a report
     assert path.stat().st_size > REPORT_HEAD and tool_table(run) is None
+
+
+def test_the_run_pages_intervals_are_clipped_to_the_range_of_the_scores_as_the_summarys_are(tmp_path: Path) -> None:
+    """One right answer in twenty: the t-interval of EM reaches below 0, which no score can be."""
+    tasks = [task(f"q{i:02d}", f"question {i}", "yes", "yes" if i == 0 else "no") for i in range(20)]
+    [run] = open_runs([write_run(tmp_path / "run", tasks)])
+    em = next(m for m in run_summary(run).metrics if m.name == "EM")
+    assert em.value == 0.05 and em.ci is not None
+    assert em.ci[0] == 0.0 and 0.05 < em.ci[1] <= 1.0

@@ -196,3 +196,27 @@ def test_the_static_file_holds_every_page_of_the_runs(sweep: tuple[Path, Path], 
     assert routes[:2] == ["/", "/run/0"] and "/run/1/task/5" in routes and "/compare/0/1/only_b" in routes
     assert "/pair/0/1/q3/0" in routes and len(routes) == 1 + 2 * (1 + 6) + 1 + 4 + 5
     assert 'data-mode="static"' in page and "http://" not in page.replace("http://www.w3.org", "")
+
+
+def test_a_cards_gold_count_is_the_passages_the_documents_table_marks_gold(tmp_path: Path) -> None:
+    """Three passages of one gold document: the table marks three, so the card says 3 gold and marks them."""
+    t = task("q1", "who?", "Ada", "Ada", result_ids=("p1", "p2", "p3", "p4"), gold_ids=("d1",))
+    [call] = t.tool_calls
+    chunked = replace(call, result_doc_ids=["d1", "d1", "d2", "d1"])
+    page = client(write_run(tmp_path / "run", [replace(t, tool_calls=[chunked])])).get("/run/0/task?id=q1").text
+    assert page.count('<td>✓</td>') == 3  # the documents table
+    assert '<span class="gold">3 gold</span>' in page
+    for p in ("p1", "p2", "p4"):
+        assert f'<span class="doc gold">{p}</span>' in page
+    assert '<span class="doc ">p3</span>' in page
+
+
+def test_the_front_page_of_a_sweep_shows_each_runs_scores(sweep: tuple[Path, Path]) -> None:
+    page = client(*sweep).get("/").text
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr><td><a href="/run/\d+">(\w+)</a>.*?</tr>', page)}
+    assert set(rows) == {"dense", "hybrid"}
+    cells = {label: re.findall(r'<td class="n">([^<]*)</td>', row) for label, row in rows.items()}
+    # tasks, scored, EM, F1, retrieval recall: dense's failed task is not scored
+    assert cells["dense"] == ["6", "5", "0.600", "0.600", "1.000"]
+    assert cells["hybrid"] == ["6", "6", "0.667", "0.667", "1.000"]
+    assert "<th>EM</th>" in page.replace(' class="n"', "")
