@@ -272,8 +272,15 @@ def _unknown_key(where: str, key: str, valid: Sequence[str], guess: str | None, 
 
 
 def available_gateway_files(near: Path | None = None) -> list[str]:
-    """Gateway files beside `near` and in the project's conf/gateways, for error messages."""
-    dirs = [GATEWAYS_DIR] + ([near.parent] if near is not None and near.parent.is_dir() else [])
+    """The shipped gateway files (conf/gateways), and those of the folder `near` names, for error messages.
+
+    That folder counts only when the path names one (not a bare file name), it exists and it is not the
+    filesystem root: `/nonexistent.json` lists the shipped files, not every `.json` file of `/`."""
+    dirs = [GATEWAYS_DIR]
+    if near is not None:
+        folder = near if near.is_dir() else near.parent
+        if folder.parts and folder.is_dir() and folder.resolve() != Path(folder.resolve().anchor):
+            dirs.append(folder)
     found = {_short(p) for d in dict.fromkeys(dirs) for p in sorted(d.glob("*.json"))}
     return sorted(found)
 

@@ -2,7 +2,8 @@
 
     python -m rollout.gateway --config conf/gateways/rag_dense_only.json --port 8080
 
-Serves the built-in demo knowledge base unless `--corpus` names a FlashRAG jsonl corpus.
+Serves the built-in demo knowledge base unless `--corpus` names a corpus: a FlashRAG jsonl file, or a
+folder of documents as a run's `dataset.corpus.path` takes (its .txt/.md files, search_sources scoped to it).
 MCP is at http://HOST:PORT/mcp (or /sse with `--transport sse`), the flat-parameter proxy at
 POST /proxy/tools/NAME/call, the trainers' retrieval API (Search-R1's) at POST /retrieve, the health check
 at /healthz. With a token (`$ROLLOUT_GATEWAY_TOKEN`
@@ -51,7 +52,9 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--config", required=True, help="gateway file (JSON), e.g. conf/gateways/rag_hybrid.json")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port to bind; 0 picks a free one")
-    p.add_argument("--corpus", type=Path, help="FlashRAG jsonl corpus; default: the demo knowledge base")
+    p.add_argument("--corpus", type=Path,
+                   help="a FlashRAG jsonl corpus file, or a folder of documents (its .txt/.md files, id = relative path, "
+                        "cut into 200-token passages); default: the demo knowledge base")
     p.add_argument("--demo-passages", type=int, default=2000, help="demo KB size when --corpus is not given")
     p.add_argument("--demo-questions", type=int, default=200, help="demo question count (fixes the demo KB's cache key)")
     p.add_argument("--demo-seed", type=int, default=0)
@@ -77,7 +80,8 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
                    help="without --llm-config, filter and generate offline (encoder score, extractive reader); "
                         "--no-offline-steps makes them answer with an error instead")
     p.add_argument("--sources-root", type=Path, default=None,
-                   help="the folder a folder corpus was read from: search_sources paths are relative to it")
+                   help="the folder a folder corpus was read from: search_sources paths are relative to it "
+                        "(default: --corpus when it is a folder)")
     p.add_argument("--default-top-k", type=int, default=5)
     p.add_argument("--max-top-k", type=int, default=50)
     p.add_argument("--default-max-docs", type=int, default=10,
@@ -147,11 +151,14 @@ def step_settings(args: argparse.Namespace) -> StepSettings:
         except (OSError, ValueError) as e:
             raise ConfigError(f"--llm-config {raw}: not a readable JSON llm block ({e})") from e
         llm = LLMSettings.from_config(block)
-    return StepSettings(llm=llm, offline=args.offline_steps, sources_root=args.sources_root)
+    sources_root = args.sources_root
+    if sources_root is None and args.corpus is not None and Path(args.corpus).is_dir():
+        sources_root = Path(args.corpus)  # a folder corpus served alone: its paths, as a run's gateway has them
+    return StepSettings(llm=llm, offline=args.offline_steps, sources_root=sources_root)
 
 
 def corpus_of(args: argparse.Namespace, cache_dir: Path) -> Path:
-    """The corpus file `--corpus` names, else the demo knowledge base's (generated into `cache_dir` once)."""
+    """The corpus file or folder `--corpus` names, else the demo knowledge base's (generated into `cache_dir` once)."""
     if args.corpus is not None:
         return Path(args.corpus)
     return ensure_demo_kb(

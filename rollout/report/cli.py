@@ -134,7 +134,8 @@ def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
 
 def run_compare(args: argparse.Namespace, console: Console) -> int:
     runs = find_runs(args.paths)
-    comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed, score_failed=args.score_failed)
+    comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed, score_failed=args.score_failed,
+                              allow_different_questions=args.allow_different_questions)
     for title, headers, rows in comparison_tables(comparison):
         table = _table(title, headers)
         for row in rows:
@@ -179,6 +180,8 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         "--score-failed", action="store_true",
         help="score tasks that ended in error, timeout or infra_error as wrong answers (default: leave them out)",
     )
+    compare.add_argument("--allow-different-questions", action="store_true",
+                         help="pair runs of different question sets (default: refused, naming both sets)")
     compare.set_defaults(run=run_compare)
     rescore_cmd = commands.add_parser(
         "rescore",

@@ -33,6 +33,7 @@ Definitions
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections import Counter
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from rollout.errors import NotARunFolderError, ReportError
 from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
@@ -48,7 +50,7 @@ from rollout.report.calls import run_labels, run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
 from rollout.report.scoring import METRICS, score_task
-from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
+from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, TRAJECTORY_FILE, is_run_folder, iter_trajectory
 from rollout.summary import Calibration, RunAccounting
 
 logger = logging.getLogger(__name__)
@@ -458,18 +460,48 @@ def _pick_baseline(rows: list[RunRow], baseline: str | None) -> int:
     raise ReportError(f"--baseline {baseline}: no run has this mode; the runs are: {labels}")
 
 
+def question_set(run: Path) -> str | None:
+    """The question set a run used, `NAME (HASH)`: its `dataset.name` and the first characters of the question
+    set's content hash in fingerprint.json; None for a folder that does not say (written before either existed)."""
+    try:
+        digest = json.loads((run / FINGERPRINT_FILE).read_text(encoding="utf-8"))["dataset"]["questions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        name = (yaml.safe_load((run / CONFIG_FILE).read_text(encoding="utf-8")) or {})["dataset"]["name"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        name = "questions"
+    return f"{name} ({str(digest)[:8]})"
+
+
+def check_one_question_set(runs: Sequence[Path], baseline: int, *, allow_different: bool = False) -> None:
+    """A `ReportError` naming both sets when a run asked other questions than the baseline; paired by question
+    id, two question sets would compare unrelated questions that share an id."""
+    if allow_different:
+        return
+    base = question_set(runs[baseline])
+    for run in runs:
+        other = question_set(run)
+        if base is not None and other is not None and other.split(" ")[-1] != base.split(" ")[-1]:
+            raise ReportError(f"{run} ran question set {other} and {runs[baseline]} ran {base}: compare runs of one "
+                              "question set, or pass --allow-different-questions")
+
+
 def compare_runs(
     paths: Sequence[Path | str], *, baseline: str | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = DEFAULT_SEED, score_failed: bool = False,
+    allow_different_questions: bool = False,
 ) -> Comparison:
     """Score the runs named by `paths` (run folders or their parents) and pair each with the
     baseline (`baseline` names a mode or label; default the first run). `score_failed` scores
-    failed records as wrong answers instead of leaving them out."""
+    failed records as wrong answers instead of leaving them out. Runs of another question set than the
+    baseline's are a `ReportError` unless `allow_different_questions`."""
     runs = find_runs(paths)
     labels = distinct_labels(runs)
     scored = [_score_run(run, label, score_failed=score_failed) for run, label in zip(runs, labels, strict=True)]
     rows = [s.row for s in scored]
     b = _pick_baseline(rows, baseline)
+    check_one_question_set(runs, b, allow_different=allow_different_questions)
     pairs = [pair(s, scored[b], resamples=resamples, seed=seed) for i, s in enumerate(scored) if i != b]
     return Comparison(rows=rows, baseline=rows[b].label, pairs=pairs, seed=seed, resamples=resamples,
                       score_failed=score_failed)

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -29,6 +30,7 @@ from rollout.run.dataset import unread_dataset_override
 from rollout.run.driver import run
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
 from rollout.run.ray_session import ray_for_the_sweep
+from rollout.run.refused import holds_nothing, holds_only_the_log, remove_refused_folder
 from rollout.wire import TOKEN_ENV
 
 logger = logging.getLogger("rollout")
@@ -36,7 +38,11 @@ logger = logging.getLogger("rollout")
 
 def run_job(cfg: DictConfig) -> JobEnd:
     """One job: the composed config made typed and run; how it ended, its line (if any) printed to stderr."""
+    folder = _hydra_job_folder()
+    new_folder = folder is not None and holds_nothing(folder)
     end = job_end(lambda: _run(cfg), _job_folder(cfg))
+    if end.code == EXIT_BAD_INPUT and new_folder and holds_only_the_log(folder):
+        remove_refused_folder(folder)  # refused before the driver took the folder: only Hydra's log is in it
     if end.line is not None:
         print(end.line, file=sys.stderr)
     return end
@@ -48,6 +54,14 @@ def _job_folder(cfg: DictConfig) -> str:
         return str(cfg.output_dir)
     except Exception:  # noqa: BLE001 - a config that cannot say (a missing value) is named by its job number
         return f"job {HydraConfig.get().job.get('num', 0)}"
+
+
+def _hydra_job_folder() -> Path | None:
+    """The folder Hydra made for this job (and opened its log in); None outside a Hydra job."""
+    if not HydraConfig.initialized():
+        return None
+    folder = HydraConfig.get().runtime.get("output_dir")
+    return Path(folder) if folder else None
 
 
 def _run(cfg: DictConfig) -> RunOutcome:

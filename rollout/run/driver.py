@@ -39,6 +39,7 @@ from rollout.run.dataset import prepare_data
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
+from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.outcome import RunOutcome
 from rollout.run.ray_session import ray_session
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
@@ -212,8 +213,17 @@ def run(cfg: RunConfig, *, on_event: Callable[[str, AnyEvent], None] | None = No
     """
     if on_event is not None:
         cfg = replace(cfg, watch=True)  # the workers keep their events for the driver to collect
+    new_folder = holds_nothing(cfg.output_dir)
     with hold_run_lock(cfg.output_dir):
-        return _run_holding_lock(cfg, on_event, on_result)
+        try:
+            return _run_holding_lock(cfg, on_event, on_result)
+        except RunInterrupted:
+            raise
+        except RolloutError:
+            # Refused: the folder it made (lock, log) goes, still under the lock; an earlier run's folder stays.
+            if new_folder and not (cfg.output_dir / TRAJECTORY_FILE).exists():
+                remove_refused_folder(cfg.output_dir)
+            raise
 
 
 class Timeline:

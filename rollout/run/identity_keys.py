@@ -2,7 +2,8 @@
 
 `rollout.run.identity` uses these rules to fingerprint a run; `rollout.run.config` uses them to name
 the default output folder (`results/<experiment>/<mode>` plus `,key=value` per identity override), so
-a sweep over any axis gives one folder per job.
+a sweep over any axis gives one folder per job. An own-data run's experiment is its question set
+(`question_set_name`): runs over different question files never share `results/<experiment>`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 IDENTITY_ROOTS = (
     "mode_name", "gateway_config_path", "system_prompt", "agent", "llm", "retriever", "dataset",
@@ -60,6 +62,24 @@ def _short_value(value: str) -> str:
     if len(safe) > _MAX_VALUE_CHARS:
         safe = f"{safe[:_MAX_VALUE_CHARS - HASH_CHARS - 1]}-{sha256_hex(value.encode())[:HASH_CHARS]}"
     return safe
+
+
+_DATA_SUFFIXES = (".gz", ".bz2", ".zst", ".jsonl", ".json", ".parquet", ".csv")
+"""Endings a question file's name loses when it names the experiment (`qa.jsonl.gz` is `qa`)."""
+
+
+def question_set_name(path: str | None, *, hf_name: str | None = None, hf_config: str | None = None) -> str:
+    """The experiment an own-data run is filed under: its question file's (or folder's) name without its
+    endings, else the Hugging Face dataset's name and config, else `custom`; folder-safe."""
+    if path:
+        name = Path(str(path)).name
+        while (suffix := Path(name).suffix.lower()) in _DATA_SUFFIXES and Path(name).stem:
+            name = name[: -len(suffix)]
+    elif hf_name:
+        name = "-".join(str(part) for part in (str(hf_name).rstrip("/").rsplit("/", 1)[-1], hf_config) if part)
+    else:
+        name = "custom"
+    return _short_value(name)
 
 
 def identity_overrides(overrides: Iterable[str], *, uses_llm: bool) -> list[str]:

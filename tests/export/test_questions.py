@@ -35,7 +35,7 @@ def export(overrides: list[str], out: Path, *extra: str) -> int:
 def test_prompt_rows_are_what_the_agent_first_sends_and_hold_the_gold(question_set, openai_run, tmp_path, capsys):
     out = tmp_path / "rl.parquet"
     assert export([*question_set, "agent=openai", "dataset.questions.split=train"], out) == 0
-    assert capsys.readouterr().out.strip() == f"wrote 3 rows to {out} (verl-rl, dataset custom)"
+    assert capsys.readouterr().out.strip() == f"wrote 3 rows to {out} (verl-rl, dataset questions)"
     # verl's RLHFDataset reads parquet through datasets; Search-R1's scripts wrote it with pandas' types.
     frame = pd.read_parquet(out, dtype_backend="pyarrow")
     assert list(frame.columns) == COLUMNS
@@ -43,7 +43,7 @@ def test_prompt_rows_are_what_the_agent_first_sends_and_hold_the_gold(question_s
     # The same question, asked by the openai run in conftest.py: the row's prompt is that run's first request.
     assert rows[0]["prompt"] == openai_run.requests[BORN.id][0]["messages"]
     for i, (row, q) in enumerate(zip(rows, QUESTIONS, strict=True)):
-        assert row["data_source"] == "custom" and row["ability"] == "fact-reasoning"
+        assert row["data_source"] == "questions" and row["ability"] == "fact-reasoning"
         assert row["prompt"] == [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": q.question}]
         assert row["reward_model"] == {"style": "rule", "ground_truth": {"target": q.golden_answers}}
         assert row["extra_info"] == {"index": i, "split": "train", "id": q.id, "question": q.question,

@@ -49,6 +49,20 @@ def test_missing_file_lists_available_files(tmp_path):
     assert "nope.json" in msg and "rag_hybrid.json" in msg and "gateway_config_path=" in msg
 
 
+def test_a_missing_file_lists_the_shipped_files_and_those_of_the_folder_named_only(tmp_path):
+    (tmp_path / "mine.json").write_text("{}")
+    with pytest.raises(ConfigError) as e:
+        load_gateway_file(tmp_path / "nope.json")  # a folder that exists: its files are offered too
+    assert "mine.json" in str(e.value) and "rag_hybrid.json" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_gateway_file(tmp_path / "no_such_folder" / "nope.json")
+    assert "mine.json" not in str(e.value) and "rag_hybrid.json" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_gateway_file("/nonexistent.json")  # the root is no folder of gateway files
+    listed = str(e.value).split("one of: ")[1].split(", ")
+    assert listed == sorted(f"conf/gateways/{p.name}" for p in GATEWAYS_DIR.glob("*.json"))
+
+
 def test_bad_json_names_line(tmp_path):
     p = tmp_path / "g.json"
     p.write_text('{"modules": [\n  {"resource_type": "rag",]\n}')
