@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import ray
 
 from rollout.errors import ConfigError
-from rollout.run.app import main
 from rollout.run.config import compose_run_config
 from rollout.run.dataset import check_dataset_keys, unread_dataset_override
+from tests.run.test_exit_status import python_m_rollout
 
 
 @pytest.mark.parametrize("override", ["+dataset.corpus.path=/data/notes", "+dataset.questions.path=/data/qa.jsonl"])
@@ -38,9 +37,10 @@ def test_without_plus_the_same_rule_answers_instead_of_hydras_hint():
 
 
 @pytest.mark.parametrize("override", ["dataset.corpus.path=/data/notes", "+dataset.corpus.path=/data/notes"])
-def test_the_command_exits_2_with_one_line_before_starting_anything(tmp_path, capsys, override: str):
-    assert main(["mode=sparse", override, f"output_dir={tmp_path / 'out'}"]) == 2
-    err = capsys.readouterr().err
-    assert "dataset=files" in err and "Traceback" not in err and "+dataset.corpus.path" not in err
+def test_the_command_exits_2_with_one_line_before_starting_anything(tmp_path, override: str):
+    # As a user types it, in a process of its own (the command configures the process's logging).
+    done = python_m_rollout("mode=sparse", override, f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "dataset=files" in done.stderr and "Traceback" not in done.stderr
+    assert "+dataset.corpus.path" not in done.stderr and "Started Ray" not in done.stderr
     assert not (tmp_path / "out" / "trajectory.jsonl").exists()
-    assert not ray.is_initialized()
