@@ -225,3 +225,38 @@ def test_a_killed_external_gateway_fails_tasks_as_infra_errors_and_a_rerun_finis
         assert again.summary.metrics == clean.summary.metrics
     finally:
         gateway.kill()
+
+
+def wait_until_gone(pids: list[int], timeout_s: float = 60.0) -> list[int]:
+    """The pids of `pids` still running after waiting up to `timeout_s` for them to end."""
+    deadline = time.monotonic() + timeout_s
+    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+@pytest.mark.slow
+def test_a_driver_killed_while_ray_starts_or_mid_run_leaves_no_gateway_behind(cache_dir, tmp_path):
+    # SIGKILL gives the driver no chance to stop its gateway child: the child must notice on its own.
+    leftover: list[int] = []
+    for when in ("ray-starting", "mid-run"):
+        out = tmp_path / when
+        args = [*SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.5", "dataset.limit=20", "workers=1",
+                f"output_dir={out}", f"cache_dir={cache_dir}"]
+        proc = subprocess.Popen(rollout_command_line("run", *args), cwd=tmp_path, env=rollout_command_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while not (pids := gateway_pids(out)):  # launched just before Ray starts (rollout.run.driver)
+                assert proc.poll() is None and time.monotonic() < deadline, "the run started no gateway"
+                time.sleep(0.02)
+            if when == "mid-run":
+                wait_for_lines(out / "trajectory.jsonl", 1)
+            proc.kill()
+            proc.wait()
+            leftover += wait_until_gone(pids)
+        finally:
+            proc.kill()
+            for pid in gateway_pids(out):
+                os.kill(pid, signal.SIGKILL)
+    assert leftover == []
