@@ -1,7 +1,7 @@
 """A gateway launched for a run ends with the process that launched it, even one killed with SIGKILL.
 
 Two guards, both set up by `GatewayProcess`: on Linux the kernel sends the child SIGTERM when its parent dies
-(`prctl(PR_SET_PDEATHSIG)`, set between fork and exec by `die_with_parent`); and the child watches its parent's
+(`prctl(PR_SET_PDEATHSIG)`, set between fork and exec: `parent_death_hook`); and the child watches its parent's
 pid (`watch_parent`, started by `python -m rollout.gateway` when `PARENT_PID_ENV` names one), which also covers a
 child started from a thread that ends before the run does (the kernel's signal follows the parent *thread*) and
 systems without prctl. A gateway a user starts on its own has neither and serves until stopped.
@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -25,20 +26,22 @@ WATCH_INTERVAL_S = 1.0
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """`preexec_fn` for the child: the kernel sends it SIGTERM when the launching thread's process dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def parent_death_hook() -> Callable[[], None] | None:
+    """The `preexec_fn` to launch the gateway with from this thread (None: no kernel guard, the watch alone).
 
+    On Linux, from the main thread: a function that asks the kernel to send the child SIGTERM when this process
+    dies. libc is looked up here, before the fork, so the child only makes the one call (no lock another thread
+    may hold). From any other thread, None: the kernel's signal follows the thread that forked, so a child
+    launched from a thread that ends (a restart) would be stopped with it."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    term = int(signal.SIGTERM)
 
-def parent_death_hook() -> object | None:
-    """The `preexec_fn` to launch with from this thread: `die_with_parent` from the main thread, else None.
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, term, 0, 0, 0)
 
-    The kernel's signal follows the thread that forked: a child launched from a worker thread (a restart) would be
-    stopped when that thread ends. Such a child relies on `watch_parent` alone."""
-    return die_with_parent if threading.current_thread() is threading.main_thread() else None
+    return die_with_parent
 
 
 def watch_parent(interval_s: float = WATCH_INTERVAL_S) -> None:

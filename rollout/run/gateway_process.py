@@ -95,7 +95,7 @@ class GatewayProcess:
         env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
         if self.auth_token:
             env[TOKEN_ENV] = self.auth_token
-        self._proc = subprocess.Popen(cmd, env=env, preexec_fn=parent_death_hook())
+        self._proc = subprocess.Popen(cmd, env=env, preexec_fn=parent_death_hook())  # noqa: PLW1509 - see the hook
         self._deadline = time.monotonic() + self.ready_timeout_s
 
     def wait_ready(self) -> str:
