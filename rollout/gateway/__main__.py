@@ -29,6 +29,7 @@ from rollout.data import ensure_demo_kb, load_corpus
 from rollout.errors import ConfigError, RolloutError
 from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.orphan import watch_parent
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING
 from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, build_gateway, serve
@@ -199,6 +200,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     args = build_parser(prog).parse_args(argv)
     # The run's format and levels (a run passes its -v/-q on): per-call detail is in the tool stats, not the log.
     configure_logging(verbosity(args))
+    watch_parent()  # launched for a run: stop when the run's process is gone
     token = resolve_token(args.auth_token)
     if (problem := option_error(args)) is not None:
         print(f"error: {problem}", file=sys.stderr)

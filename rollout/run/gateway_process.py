@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rollout.errors import GatewayError
+from rollout.gateway.orphan import PARENT_PID_ENV, parent_death_hook
 from rollout.wire import TOKEN_ENV, auth_headers, resolve_token
 
 logger = logging.getLogger(__name__)
@@ -90,8 +91,11 @@ class GatewayProcess:
         logger.debug("starting gateway: %s", " ".join(cmd))
         # The child inherits stdout/stderr: its lines join the run's console in the run's format (rollout.logs), at
         # the verbosity its -v/-q arguments give, with progress bars only where the run's stderr is a terminal.
-        env = {**os.environ, TOKEN_ENV: self.auth_token} if self.auth_token else None
-        self._proc = subprocess.Popen(cmd, env=env)
+        # It ends with this process, even one killed with SIGKILL (rollout.gateway.orphan).
+        env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+        if self.auth_token:
+            env[TOKEN_ENV] = self.auth_token
+        self._proc = subprocess.Popen(cmd, env=env, preexec_fn=parent_death_hook())  # noqa: PLW1509 - see the hook
         self._deadline = time.monotonic() + self.ready_timeout_s
 
     def wait_ready(self) -> str:

@@ -19,6 +19,7 @@ import ray
 
 from rollout.logs import RAY_WORKER_SETUP_HOOK, levels, ray_worker_env
 from rollout.run.config import RunConfig
+from rollout.run.ray_console import forward_worker_logs, quiet_token_notice
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ def ray_settings(cfg: RunConfig) -> dict[str, Any]:
         "include_dashboard": False,
         "logging_level": levels(cfg.verbose).libraries,  # Ray's start-up lines are library detail
         "log_to_driver": True,
-        # Each worker logs in the run's format at its verbosity; Ray forwards the lines to this console.
+        # Each worker logs in the run's format at its verbosity; Ray forwards the lines, and `ray_session` has them
+        # logged here (rollout.run.ray_console) rather than printed with Ray's prefixes.
         "runtime_env": {"env_vars": {**env_vars, **ray_worker_env(cfg.verbose)},
                         "worker_process_setup_hook": RAY_WORKER_SETUP_HOOK},
     }
@@ -67,13 +69,16 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
     """Ray for the run: the one the caller started (tests share one), the sweep's if it has the run's settings, or
     one started now (shut down after the run, or when the sweep ends)."""
     settings = ray_settings(cfg)
+    quiet_token_notice()
     if ray.is_initialized():
         if _sweep.settings in (None, settings):  # the caller's Ray, or the one the sweep keeps for these settings
+            forward_worker_logs()
             yield
             return
         ray.shutdown()  # the sweep's Ray, started with other settings
         _sweep.settings = None
     ray.init(**copy.deepcopy(settings))  # Ray adds to the runtime_env it is given
+    forward_worker_logs()
     if _sweep.active:
         _sweep.settings = settings
         logger.info("Started Ray, kept up for the sweep's next jobs")

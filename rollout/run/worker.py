@@ -121,6 +121,10 @@ class RolloutWorker:
         # stops draining must not grow the actor without limit).
         self._live: deque[tuple[str, AnyEvent]] | None = deque(maxlen=LIVE_EVENT_BUFFER) if watch else None
 
+    def __repr__(self) -> str:
+        # Ray names the actor's forwarded log lines with this (rollout.run.ray_console).
+        return self.worker_id
+
     def use_env(self, env_spec: EnvSpec) -> None:
         """Set the environment of an actor started before the gateway was ready."""
         self.env_spec = env_spec
@@ -152,8 +156,8 @@ class RolloutWorker:
                 if e.__cause__ is None or not is_transport_failure(e.__cause__) or time.monotonic() > deadline:
                     raise
                 delay = backoff_delay(attempt)  # as the session itself backs off when it reconnects
-                logger.warning("%s: gateway unreachable (%s); trying again in %.1f s", self.worker_id, e.__cause__,
-                               delay)
+                # The run's log names the worker (rollout.run.ray_console).
+                logger.warning("gateway unreachable (%s); trying again in %.1f s", e.__cause__, delay)
             await asyncio.sleep(delay)
 
     def _listen(self, task_id: str, event: AnyEvent) -> None:

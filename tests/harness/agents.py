@@ -7,7 +7,11 @@ import os
 from pathlib import Path
 
 from rollout.agents.base import AgentResult, TaskTools
+from rollout.agents.simulated import SimulatedAgent
 from rollout.events import EventLog, LLMOutputEvent
+
+FAIL_ONCE_ENV = "ROLLOUT_TEST_FAIL_ONCE"
+"""A file `FailOnceAgent` creates as it fails a task (workers inherit the run's environment)."""
 
 
 class CrashOnceAgent:
@@ -33,3 +37,18 @@ class InnerTimeoutAgent:
         await tools.call_tool("query_knowledge_base_sparse", {"query": question})
         await asyncio.wait_for(asyncio.Event().wait(), timeout=0.05)
         raise AssertionError("unreachable: the wait above always times out")
+
+
+class FailOnceAgent(SimulatedAgent):
+    """The simulated policy, except that while `$ROLLOUT_TEST_FAIL_ONCE` names a file not there yet, the first task
+    to start creates it and fails (its worker logs a warning)."""
+
+    async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult:
+        if marker := os.environ.get(FAIL_ONCE_ENV):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                raise RuntimeError("failing once on purpose")
+        return await super().run(question, tools, events, seed=seed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from rollout.paths import PROJECT_ROOT
 from rollout.run.config import RunConfig, compose_run_config
 from rollout.run.driver import run
+from tests.harness.agents import FAIL_ONCE_ENV
 from tests.test_logs import LOG_LINE
 from tests.test_rollout_command import rollout_command, rollout_command_env, rollout_command_line
 
@@ -129,8 +131,9 @@ def test_ctrl_c_keeps_finished_tasks_and_the_same_command_resumes(cache_dir, tmp
     # leaves its working directory empty and prints its summary table whole through a pipe.
     out, cwd = tmp_path / "run", tmp_path / "cwd"
     cwd.mkdir()
-    args = [*SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.2", "dataset.limit=20", "workers=1",
-            "concurrency_per_worker=2", f"output_dir={out}", f"cache_dir={cache_dir}"]
+    args = [*SMALL_KB, "agent=simulated", "agent._target_=tests.harness.agents.FailOnceAgent",
+            "agent.llm_latency_s=0.2", "dataset.limit=20", "workers=1", "concurrency_per_worker=2",
+            f"output_dir={out}", f"cache_dir={cache_dir}"]
     proc = subprocess.Popen(rollout_command_line("run", *args), cwd=cwd, env=rollout_command_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -147,23 +150,31 @@ def test_ctrl_c_keeps_finished_tasks_and_the_same_command_resumes(cache_dir, tmp
     assert summary["complete"] is False and summary["n"] == len(first)
 
     # `ray.address: null` starts a Ray of the run's own: an address in the environment (or a cluster a
-    # `ray start` left behind) is not joined, so the closed port below cannot fail the run.
-    again = rollout_command("run", *args, cwd=cwd, env={"RAY_ADDRESS": "127.0.0.1:9"})
+    # `ray start` left behind) is not joined, so the closed port below cannot fail the run. One task of the
+    # resumed run fails, so its worker logs a warning.
+    fail_once = {FAIL_ONCE_ENV: str(tmp_path / "failed-once")}
+    again = rollout_command("run", *args, cwd=cwd, env={"RAY_ADDRESS": "127.0.0.1:9", **fail_once})
     assert again.returncode == 0, again.stderr[-2000:]
     tasks = read_jsonl(out / "trajectory.jsonl")
     assert len(tasks) == 20 and len({t["id"] for t in tasks}) == 20
+    assert [t["error"] for t in tasks if t["status"] != "ok"] == ["RuntimeError: failing once on purpose"]
     assert tasks[: len(first)] == first  # finished work untouched
     assert json.loads((out / "evaluation_summary.json").read_text())["complete"] is True
     assert list(cwd.iterdir()) == []
-    # The log is on stderr: the driver's, the gateway child's and Ray's lines in one format, the lines Ray
-    # forwards from workers behind their "(Actor pid=N) " prefix; no library's DEBUG line and no progress bar
-    # redrawn into the pipe. The run's log file reads the same. (A cold build's lines: tests/gateway/test_console.py.)
-    log = [line.split(") ", 1)[1] if line.startswith("(") else line for line in again.stderr.splitlines()]
+    # The log is on stderr: the driver's, the gateway child's, Ray's and the workers' lines in one format, a
+    # worker's named, with none of Ray's decorations (its "(Actor pid=N) " prefix, colours, "[repeated 2x across
+    # cluster]" notes, its token notice); no library's DEBUG line and no progress bar redrawn into the pipe. The
+    # run's log file reads the same. (A cold build's lines: tests/gateway/test_console.py.)
+    rollout_log = (out / "rollout.log").read_text()
     assert "Gateway ready at" in again.stderr
-    assert [line for line in log if not LOG_LINE.match(line)] == []
+    assert [line for line in again.stderr.splitlines() if not LOG_LINE.match(line)] == []
     assert " DEBUG " not in again.stderr and "\r" not in again.stderr and "%|" not in again.stderr
     assert not any(LOG_LINE.match(line) for line in again.stdout.splitlines())
-    assert all(LOG_LINE.match(line) for line in (out / "rollout.log").read_text().splitlines())
+    assert all(LOG_LINE.match(line) for line in rollout_log.splitlines())
+    for log in (again.stderr, rollout_log):
+        assert re.search(r" WARNING rollout\.run\.worker: \[worker-0\] task \S+ failed: failing once on purpose", log)
+        for decoration in ("\x1b[", "(RolloutWorker pid=", "pid=", "repeated", "Token authentication"):
+            assert decoration not in log, decoration
     header = next(line for line in again.stdout.splitlines() if "EM" in line and "┃" in line)
     assert [cell.strip() for cell in header.strip("┃").split("┃")] == [
         "EM", "F1", "contains", "recall", "errors", "timeouts", "infra", "truncated", "out of ctx", "time (s)"]
@@ -225,3 +236,38 @@ def test_a_killed_external_gateway_fails_tasks_as_infra_errors_and_a_rerun_finis
         assert again.summary.metrics == clean.summary.metrics
     finally:
         gateway.kill()
+
+
+def wait_until_gone(pids: list[int], timeout_s: float = 60.0) -> list[int]:
+    """The pids of `pids` still running after waiting up to `timeout_s` for them to end."""
+    deadline = time.monotonic() + timeout_s
+    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+@pytest.mark.slow
+def test_a_driver_killed_while_ray_starts_or_mid_run_leaves_no_gateway_behind(cache_dir, tmp_path):
+    # SIGKILL gives the driver no chance to stop its gateway child: the child must notice on its own.
+    leftover: list[int] = []
+    for when in ("ray-starting", "mid-run"):
+        out = tmp_path / when
+        args = [*SMALL_KB, "agent=simulated", "agent.llm_latency_s=0.5", "dataset.limit=20", "workers=1",
+                f"output_dir={out}", f"cache_dir={cache_dir}"]
+        proc = subprocess.Popen(rollout_command_line("run", *args), cwd=tmp_path, env=rollout_command_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while not (pids := gateway_pids(out)):  # launched just before Ray starts (rollout.run.driver)
+                assert proc.poll() is None and time.monotonic() < deadline, "the run started no gateway"
+                time.sleep(0.02)
+            if when == "mid-run":
+                wait_for_lines(out / "trajectory.jsonl", 1)
+            proc.kill()
+            proc.wait()
+            leftover += wait_until_gone(pids)
+        finally:
+            proc.kill()
+            for pid in gateway_pids(out):
+                os.kill(pid, signal.SIGKILL)
+    assert leftover == []
