@@ -35,8 +35,10 @@ def remove_refused_folder(folder: Path) -> None:
     """Remove the folder of a refused run, which `holds_nothing` said was its own, and the parents left empty
     between it and the working directory."""
     folder = Path(folder).absolute()
-    shutil.rmtree(folder, ignore_errors=True)
     cwd = Path.cwd().absolute()
+    if cwd.is_relative_to(folder):  # output_dir=. (or a parent of it): the user's own folder, never removed
+        return
+    shutil.rmtree(folder, ignore_errors=True)
     parent = folder.parent
     while parent != cwd and parent.is_relative_to(cwd):
         try:

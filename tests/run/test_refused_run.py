@@ -30,6 +30,14 @@ def test_a_refused_run_removes_the_folder_it_created_and_the_parents_left_empty_
     assert sorted(p.name for p in (tmp_path / "results" / "demo").iterdir()) == ["dense"]
 
 
+def test_a_refused_run_into_the_working_directory_leaves_it(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    refused(Path("."))
+    assert work.is_dir()
+
+
 def test_a_refused_run_leaves_an_earlier_runs_folder_as_it_was(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

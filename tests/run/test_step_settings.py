@@ -53,12 +53,12 @@ def test_the_gateway_reads_the_llm_block_and_names_a_bad_one(tmp_path):
     good = tmp_path / "llm.json"
     good.write_text(block)
     for given in (str(good), block):
-        steps = step_settings(argparse.Namespace(llm_config=given, offline_steps=False, sources_root=None))
+        steps = step_settings(argparse.Namespace(llm_config=given, offline_steps=False, sources_root=None, corpus=None))
         assert steps.llm is not None and steps.llm.model == "m1" and steps.offline is False
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="--llm-config .*bad.json: not a readable JSON llm block"):
-        step_settings(argparse.Namespace(llm_config=bad, offline_steps=True, sources_root=None))
+        step_settings(argparse.Namespace(llm_config=bad, offline_steps=True, sources_root=None, corpus=None))
     bad.write_text(json.dumps({"base_url": "http://x/v1"}))
     with pytest.raises(ConfigError, match="llm.model"):
-        step_settings(argparse.Namespace(llm_config=bad, offline_steps=True, sources_root=None))
+        step_settings(argparse.Namespace(llm_config=bad, offline_steps=True, sources_root=None, corpus=None))
