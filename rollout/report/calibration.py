@@ -35,15 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from rollout.report.judge_presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
 from rollout.report.running import ExactSum
 from rollout.summary import Calibration, CalibrationBin
 
 BINS = 10
 """Equal-width bins over [0, 1]."""
-JUDGE_CORRECT = "judge_correct"
-"""The judge's correctness metric: when a run has it, calibration is measured against it."""
-JUDGE_CONFIDENCE = "confidence"
-"""The confidence a BrowseComp judge read from the response (0 to 1): when a task has it, it is the one used."""
 BROWSECOMP_PLUS_BIN = 100
 """BrowseComp-Plus' bin size (`beta`), and the fewest answers it computes its calibration error from."""
 

@@ -26,6 +26,7 @@ from typing import Any
 from rollout.errors import ReportError
 from rollout.jsonl import iter_json_lines
 from rollout.records import TaskKey
+from rollout.run_folder import read_json, write_json
 from rollout.summary import BUILTIN_METRICS
 
 SCORES_DIR = "scores"
@@ -111,20 +112,13 @@ def write_scores(run_dir: Path | str, name: str, rows: Iterable[ScoreRow | Mappi
     finally:
         tmp.unlink(missing_ok=True)
     if meta is not None:
-        meta_path = path.with_name(f"{name}.meta.json")
-        meta_tmp = meta_path.with_name(f"{meta_path.name}.{os.getpid()}.tmp")
-        meta_tmp.write_text(json.dumps(dict(meta), indent=2) + "\n", encoding="utf-8")
-        os.replace(meta_tmp, meta_path)
+        write_json(path.with_name(f"{name}.meta.json"), dict(meta))
     return path
 
 
 def _source(path: Path) -> str:
-    meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
-    try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return path.stem
-    return str(data.get("source") or path.stem) if isinstance(data, dict) else path.stem
+    meta = read_json(path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")) or {}
+    return str(meta.get("source") or path.stem)
 
 
 def _read_file(path: Path) -> tuple[dict[TaskKey, TaskMetrics], list[str]]:

@@ -160,6 +160,8 @@ confidence: The extracted confidence score between 0|\%| and 100|\%| from [respo
 
 JUDGE_CORRECT = "judge_correct"
 """1 when the judge says the answer is correct, 0 when it says it is not, None when its reply cannot be read."""
+JUDGE_CONFIDENCE = "confidence"
+"""The confidence a BrowseComp grader read from the response, 0 to 1 (None when its reply states none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,17 +250,18 @@ def parse_browsecomp(reply: str) -> Verdict:
     extracted = _EXTRACTED.search(reply)
     return Verdict(label, {
         JUDGE_CORRECT: float(label == "yes"),
-        "confidence": min(float(confidence.group(1)), 100.0) / 100 if confidence else None,
+        JUDGE_CONFIDENCE: min(float(confidence.group(1)), 100.0) / 100 if confidence else None,
     }, extracted.group(1).strip() if extracted else None)
 
 
 SIMPLEQA = JudgePreset("simpleqa", SIMPLEQA_TEMPLATE, "openai/simple-evals simpleqa_eval.py",
                        (JUDGE_CORRECT, "not_attempted"), parse_simpleqa, HELPFUL_ASSISTANT)
 BROWSECOMP = JudgePreset("browsecomp", BROWSECOMP_TEMPLATE, "openai/simple-evals browsecomp_eval.py",
-                         (JUDGE_CORRECT, "confidence"), parse_browsecomp, HELPFUL_ASSISTANT, reads_response=True)
+                         (JUDGE_CORRECT, JUDGE_CONFIDENCE), parse_browsecomp, HELPFUL_ASSISTANT,
+                         reads_response=True)
 BROWSECOMP_PLUS = JudgePreset("browsecomp_plus", BROWSECOMP_PLUS_TEMPLATE,
                               "texttron/BrowseComp-Plus scripts_evaluation/evaluate_run.py",
-                              (JUDGE_CORRECT, "confidence"), parse_browsecomp, reads_response=True)
+                              (JUDGE_CORRECT, JUDGE_CONFIDENCE), parse_browsecomp, reads_response=True)
 
 PRESETS = {p.name: p for p in (SIMPLEQA, BROWSECOMP, BROWSECOMP_PLUS)}
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,11 +23,11 @@ import numpy as np
 
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskKey
+from rollout.report import extra_scores
 from rollout.report.judge import JudgeRecord, JudgeSettings
 from rollout.run_folder import write_json
 
 JUDGEMENTS_DIR = "judgements"
-SCORES_DIR = "scores"
 SCORES_NAME = "judge"
 """`scores/judge.jsonl`: the metrics seam every report reads beside exact match."""
 
@@ -44,7 +43,7 @@ def description_path(run_dir: Path, key: str) -> Path:
 
 
 def scores_path(run_dir: Path) -> Path:
-    return run_dir / SCORES_DIR / f"{SCORES_NAME}.jsonl"
+    return extra_scores.scores_path(run_dir, SCORES_NAME)
 
 
 def read_verdicts(path: Path) -> dict[TaskKey, JudgeRecord]:
@@ -108,13 +107,6 @@ def write_description(run_dir: Path, settings: JudgeSettings, usage: JudgeUsage)
 
 
 def write_scores(run_dir: Path, rows: Iterable[Mapping[str, Any]], settings: JudgeSettings) -> Path:
-    """Replace `scores/judge.jsonl` (through a temporary file: a reader sees the old file or the new one) and its
-    meta file naming the judge."""
-    path = scores_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps(dict(row)) + "\n" for row in rows), encoding="utf-8")
-    os.replace(tmp, path)
-    write_json(path.with_name(f"{SCORES_NAME}.meta.json"), {
+    """Replace `scores/judge.jsonl` (a reader sees the old file or the new one) and its meta file naming the judge."""
+    return extra_scores.write_scores(run_dir, SCORES_NAME, rows, meta={
         "source": "judge", "judge_key": settings.key, "preset": settings.preset.name, "model": settings.llm.model})
-    return path
