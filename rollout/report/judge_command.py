@@ -74,19 +74,20 @@ class RunJudging:
     wall_s: float
 
 
-def _latest_tasks(run_dir: Path, *, messages: bool = False) -> list[TaskResult]:
-    """The trajectory's last record of each task, in first-seen order (with their `messages` when asked)."""
+def _tasks(run_dir: Path, *, messages: bool = False) -> list[TaskResult]:
+    """The record of each task, the first line of each (id, repeat) as scoring, `report compare` and the viewer take
+    it (with its `messages` when asked)."""
     tasks: dict[TaskKey, TaskResult] = {}
     for task in iter_trajectory(run_dir, keep=("messages",) if messages else ()):
-        tasks[task.key] = task
+        tasks.setdefault(task.key, task)
     return list(tasks.values())
 
 
 def judge_run(run_dir: Path, settings: JudgeSettings) -> RunJudging:
     """Judge one run folder (see the module docstring); `JudgeError` when the judge cannot be asked at all."""
     score_failed = bool((read_config(run_dir) or {}).get("score_failed", False))
-    latest = _latest_tasks(run_dir, messages=settings.preset.reads_response)
-    scored = [t for t in latest if is_scored(t.status, score_failed=score_failed)]
+    tasks = _tasks(run_dir, messages=settings.preset.reads_response)
+    scored = [t for t in tasks if is_scored(t.status, score_failed=score_failed)]
     answered = [t for t in scored if t.status == "ok"]
     verdicts = read_verdicts(verdicts_path(run_dir, settings.key))
     to_ask = [t for t in answered if needs_asking(t, verdicts.get(t.key), settings.preset)]
@@ -204,10 +205,12 @@ def print_judging(console: Console, j: RunJudging, *, show_all: bool = False) ->
     say(" · ".join(f"{m} {_pct(v)}" for m, v in j.means.items()))
     if j.unparsed or j.request_errors:
         say(f"no verdict: {j.unparsed} replies could not be parsed (metrics None, raw replies kept in "
-            f"{verdicts_path(j.run_dir, j.settings.key)}) · {j.request_errors} requests failed (asked again next time)")
+            f"{verdicts_path(j.run_dir, j.settings.key)}) · {j.request_errors} requests failed (asked again next "
+            "time)")
     u = j.usage
     cost = "" if u.cost_usd is None else f" · ${u.cost_usd:.4f}"
-    latency = "" if u.latency_ms_mean is None else f" · latency mean {u.latency_ms_mean:.0f} ms, p95 {u.latency_ms_p95:.0f} ms"
+    latency = ("" if u.latency_ms_mean is None
+               else f" · latency mean {u.latency_ms_mean:.0f} ms, p95 {u.latency_ms_p95:.0f} ms")
     say(f"judge usage (apart from the agent's): {u.verdicts} verdicts · {u.requests} requests · "
         f"{u.total_tokens} tokens{cost}{latency}")
     a = j.agreement
@@ -229,7 +232,8 @@ def print_judging(console: Console, j: RunJudging, *, show_all: bool = False) ->
 
 def _disagreement_line(d: Disagreement) -> Text:
     repeat = f"#{d.repeat}" if d.repeat else ""
-    return Text(f"  {d.id}{repeat} · said {d.prediction!r} · gold {' | '.join(d.golden_answers)!r} · judge {d.label}")
+    gold = " | ".join(d.golden_answers)
+    return Text(f"  {d.id}{repeat} · said {d.prediction!r} · gold {gold!r} · judge {d.label}")
 
 
 def judge_finished_run(run_dir: Path, settings: JudgeSettings, console: Console) -> RunJudging | None:
