@@ -33,7 +33,6 @@ Definitions
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
@@ -42,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from rollout.errors import NotARunFolderError, ReportError
 from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
@@ -50,7 +48,7 @@ from rollout.report.calls import run_labels, run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
 from rollout.report.scoring import METRICS, score_task
-from rollout.run_folder import CONFIG_FILE, FINGERPRINT_FILE, TRAJECTORY_FILE, is_run_folder, iter_trajectory
+from rollout.run_folder import FINGERPRINT_FILE, TRAJECTORY_FILE, is_run_folder, iter_trajectory, read_config, read_json
 from rollout.summary import Calibration, RunAccounting
 
 logger = logging.getLogger(__name__)
@@ -367,7 +365,8 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),
         errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
-        truncated=truncated, out_of_turns=out_of_turns, out_of_context=out_of_context, tokens_per_task=_mean(tokens), accounting=accounting.summary(),
+        truncated=truncated, out_of_turns=out_of_turns, out_of_context=out_of_context, tokens_per_task=_mean(tokens),
+        accounting=accounting.summary(),
     )
     return _ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})
 
@@ -460,31 +459,29 @@ def _pick_baseline(rows: list[RunRow], baseline: str | None) -> int:
     raise ReportError(f"--baseline {baseline}: no run has this mode; the runs are: {labels}")
 
 
-def question_set(run: Path) -> str | None:
-    """The question set a run used, `NAME (HASH)`: its `dataset.name` and the first characters of the question
-    set's content hash in fingerprint.json; None for a folder that does not say (written before either existed)."""
-    try:
-        digest = json.loads((run / FINGERPRINT_FILE).read_text(encoding="utf-8"))["dataset"]["questions"]
-    except (OSError, ValueError, KeyError, TypeError):
+def question_set(run: Path) -> tuple[str, str] | None:
+    """The question set a run used: its `dataset.name` and the question set's content hash (fingerprint.json); None
+    for a folder that does not say (written before fingerprints were)."""
+    digest = ((read_json(run / FINGERPRINT_FILE) or {}).get("dataset") or {}).get("questions")
+    if not digest:
         return None
-    try:
-        name = (yaml.safe_load((run / CONFIG_FILE).read_text(encoding="utf-8")) or {})["dataset"]["name"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        name = "questions"
-    return f"{name} ({str(digest)[:8]})"
+    return str(((read_config(run) or {}).get("dataset") or {}).get("name") or "questions"), str(digest)
 
 
 def check_one_question_set(runs: Sequence[Path], baseline: int, *, allow_different: bool = False) -> None:
     """A `ReportError` naming both sets when a run asked other questions than the baseline; paired by question
     id, two question sets would compare unrelated questions that share an id."""
-    if allow_different:
+    if allow_different or (base := question_set(runs[baseline])) is None:
         return
-    base = question_set(runs[baseline])
     for run in runs:
         other = question_set(run)
-        if base is not None and other is not None and other.split(" ")[-1] != base.split(" ")[-1]:
-            raise ReportError(f"{run} ran question set {other} and {runs[baseline]} ran {base}: compare runs of one "
-                              "question set, or pass --allow-different-questions")
+        if other is not None and other[1] != base[1]:
+            raise ReportError(f"{run} ran question set {_named(other)} and {runs[baseline]} ran {_named(base)}: "
+                              "compare runs of one question set, or pass --allow-different-questions")
+
+
+def _named(question_set: tuple[str, str]) -> str:
+    return f"{question_set[0]} ({question_set[1][:8]})"
 
 
 def compare_runs(

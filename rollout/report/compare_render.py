@@ -204,7 +204,8 @@ def _write_csv(c: Comparison, path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for r in c.rows:
-            row = {k: v for k, v in asdict(r).items() if k not in ("calls_per_task", "accounting", "extra", "calibration")}
+            row = {k: v for k, v in asdict(r).items()
+                   if k not in ("calls_per_task", "accounting", "extra", "calibration")}
             row |= {m: r.extra.get(m) for m in extra}
             row["calibration_error"] = None if r.calibration is None else r.calibration.error
             row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools} | _costs(c, r)
