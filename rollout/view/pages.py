@@ -17,17 +17,17 @@ import re
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from rollout.errors import ReportError
 from rollout.report.compare import Comparison, compare_runs, distinct_labels
-from rollout.report.extra_scores import ExtraScores, read_scores
+from rollout.report.extra_scores import ExtraScores, read_scores, scores_dir
 from rollout.report.scoring import STATUSES, metric_interval
-from rollout.summary import Calibration
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
+from rollout.summary import Calibration
 from rollout.view.index import TrajectoryIndex
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ class Run:
     """The mode, plus the overrides that tell it from the other runs served."""
     folder: Path
     index: TrajectoryIndex
+    _scores: tuple[tuple[Any, ...], ExtraScores] | None = field(default=None, repr=False)
+    """The run's scores files as last read, with the state of `scores/` they were read at (`scores`)."""
 
     def refresh(self) -> int:
         return self.index.refresh()
@@ -100,9 +102,9 @@ class RunSummaryView:
     """The run's evaluation_summary.json says it finished every task (None before it is written)."""
     degraded_tools: dict[str, str]
     calibration: Calibration | None
+    """From the run's evaluation_summary.json (None before it is written, or when no answer states a confidence)."""
     warnings: list[str]
     """The evaluation summary's warnings (tasks out of context, tools never called), each with its fix."""
-    """From the run's evaluation_summary.json (None before it is written, or when no answer states a confidence)."""
     duplicates: int
     problems: list[str]
     skipped: int
@@ -169,20 +171,29 @@ def run_summary(run: Run) -> RunSummaryView:
 
 
 def scores(run: Run) -> ExtraScores:
-    """The run's scores files, read each time: a judge or a rescore may write them while the viewer serves."""
-    try:
-        return read_scores(run.folder)
-    except ReportError as e:
-        logger.warning("%s", e)
-        return ExtraScores()
+    """The run's scores files, read again whenever `scores/` changed: a judge or a rescore may write them while the
+    viewer serves, and a task page must not parse them all on every request."""
+    folder = scores_dir(run.folder)
+    state = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir())) \
+        if folder.is_dir() else ()
+    if run._scores is None or run._scores[0] != state:
+        try:
+            extra = read_scores(run.folder)
+        except ReportError as e:
+            logger.warning("%s", e)
+            extra = ExtraScores()
+        run._scores = (state, extra)
+    return run._scores[1]
 
 
 def _extra_metrics(run: Run, extra: ExtraScores) -> list[Metric]:
     """Each extra metric over the run's scored tasks (those with an EM), as the built-in ones."""
+    if not extra.metrics:
+        return []
     cols = run.index.columns
     ids, n = cols["id"], len(run.index)
     one_each = len(set(ids)) == n
-    values = {m: [None] * n for m in extra.metrics}  # type: dict[str, list[float | None]]
+    values: dict[str, list[float | None]] = {m: [None] * n for m in extra.metrics}
     for i, key in enumerate(zip(ids, cols["repeat"], strict=True)):
         if cols["em"][i] is not None:
             for m, v in extra.of(key).items():
@@ -205,7 +216,8 @@ def _task_summary(run: Run) -> RunSummaryView:
     return RunSummaryView(
         tasks=n, statuses={s: statuses.get(s, 0) for s in STATUSES},
         scored=sum(v is not None for v in cols["em"]),
-        metrics=[_metric(name, ids, cols[column], one_per_question=one_each) for name, column in SUMMARY_METRICS.items()],
+        metrics=[_metric(name, ids, cols[column], one_per_question=one_each)
+                 for name, column in SUMMARY_METRICS.items()],
         truncated=sum(cols["truncated"]), out_of_turns=sum(cols["out_of_turns"]),
         out_of_context=sum(cols["out_of_context"]),
         tokens_per_task=_mean([t for t in cols["tokens"] if t is not None]),

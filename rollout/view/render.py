@@ -110,7 +110,8 @@ class TaskRow:
     def order(self) -> tuple[tuple[tuple[int, int | str], ...], int]:
         """Where the table lists the task: question order, which is id order with the numbers within ids read as
         numbers (q-9 before q-10), then repeat order."""
-        return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _ID_PARTS.findall(self.id)), self.repeat
+        parts = _ID_PARTS.findall(self.id)
+        return tuple((0, int(part)) if part.isdigit() else (1, part) for part in parts), self.repeat
 
     @classmethod
     def from_json(cls, data: dict[str, Any], answer_chars: int = 60) -> TaskRow:

@@ -20,8 +20,8 @@ from rollout.events import (
     ToolResultEvent,
 )
 from rollout.records import TaskResult, ToolCallRecord
-from rollout.report.extra_scores import ExtraScores
 from rollout.relevance_view import is_relevance_view
+from rollout.report.extra_scores import ExtraScores
 from rollout.view.index import TrajectoryIndex
 from rollout.view.render import finish_note
 
@@ -160,8 +160,8 @@ def task_view(index: TrajectoryIndex, i: int, extra: ExtraScores | None = None) 
     scored = cols["em"][i] is not None
     extra = {m: v if scored else None for m, v in (extra or ExtraScores()).of(task.key).items()}
     return TaskView(task=task, em=cols["em"][i], f1=cols["f1"][i], recall=cols["recall"][i], extra=extra,
-                    timeline=timeline,
-                    docs=docs, missed_gold=sorted(gold - seen), chart=chart, record_json=_json(record))
+                    timeline=timeline, docs=docs, missed_gold=sorted(gold - seen), chart=chart,
+                    record_json=_json(record))
 
 
 def _card(anchor: str, call: ToolCallEvent | None, result: ToolResultEvent | None, record: ToolCallRecord | None,
