@@ -38,7 +38,6 @@ from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.records import Passage, Question
 from rollout.report.metrics import normalize_answer
 from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
-from rollout.run.config import resolve_project_path  # noqa: F401 - registers ${question_set:}, conf/dataset/files.yaml's name
 from rollout.run.dataset import DatasetConfig, prepare_data
 
 logger = logging.getLogger(__name__)

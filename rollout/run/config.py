@@ -15,7 +15,7 @@ from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.report.judge import JudgeSettings
 from rollout.retrieval.params import RetrievalParams
 from rollout.run.dataset import DatasetConfig
-from rollout.run.identity_keys import identity_overrides, question_set_name, run_suffix
+from rollout.run.identity_keys import identity_overrides, run_suffix
 from rollout.wire import MAX_DOCS_PER_CALL
 
 
@@ -225,19 +225,7 @@ def _run_suffix_resolver(*, _root_: DictConfig) -> str:
     return run_suffix(_job_identity_overrides(_root_.get("agent"), _root_.get("gateway_config_path")))
 
 
-def _question_set_resolver(*, _parent_: DictConfig) -> str:
-    """`${question_set:}`, the `name:` of conf/dataset/files.yaml: the run's question file names its experiment."""
-    questions = _parent_.get("questions") or {}
-
-    def value(key: str) -> str | None:
-        found = OmegaConf.select(questions, key, default=None, throw_on_missing=False) if questions else None
-        return None if found in (None, "???") else str(found)
-
-    return question_set_name(value("path"), hf_name=value("hf_name"), hf_config=value("hf_config"))
-
-
 OmegaConf.register_new_resolver("run_suffix", _run_suffix_resolver, replace=True)
-OmegaConf.register_new_resolver("question_set", _question_set_resolver, replace=True)
 
 
 def compose_run_config(*overrides: str) -> RunConfig:

@@ -8,11 +8,14 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, overload
 
+from omegaconf import DictConfig, OmegaConf
+
 from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, materialize_corpus
 from rollout.data.loaders import count_question_spec, iter_question_spec
 from rollout.errors import ConfigError
 from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.records import Question
+from rollout.run.identity_keys import question_set_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +84,6 @@ def unread_dataset_override(args: Sequence[str]) -> str | None:
     """Why a `dataset.<key>=value` override in `args` (without `+`) names a setting the chosen dataset does not read,
     as `check_dataset_keys` says it; None when none does. Hydra would refuse it first, suggesting `+dataset.<key>`,
     which then runs the chosen dataset without the setting (and is refused by `check_dataset_keys`)."""
-    from omegaconf import OmegaConf
-
     overrides = [a.partition("=") for a in args if "=" in a and not a.startswith("-")]
     choices = [value for key, _, value in overrides if key.lstrip("+") == "dataset"]
     choice = choices[-1] if choices else _default_dataset()
@@ -105,8 +106,6 @@ def unread_dataset_override(args: Sequence[str]) -> str | None:
 
 
 def _default_dataset() -> str | None:
-    from omegaconf import OmegaConf
-
     for entry in OmegaConf.load(CONF_DIR / "config.yaml").get("defaults", []):
         if isinstance(entry, Mapping) and "dataset" in entry:
             return str(entry["dataset"])
@@ -196,3 +195,17 @@ def prepare_data(ds: DatasetConfig, cache_dir: Path) -> PreparedData:
     """Generate or read the corpus and questions; bad files raise `DataError` naming the fix."""
     corpus, questions = data_sources(ds, cache_dir)
     return PreparedData(materialize_corpus(corpus, cache_dir), QuestionSet(questions, ds.limit))
+
+
+def _question_set_resolver(*, _parent_: DictConfig) -> str:
+    """`${question_set:}`, the `name:` of conf/dataset/files.yaml: the run's question file names its experiment."""
+    questions = _parent_.get("questions") or {}
+
+    def value(key: str) -> str | None:
+        found = OmegaConf.select(questions, key, default=None, throw_on_missing=False) if questions else None
+        return None if found in (None, "???") else str(found)
+
+    return question_set_name(value("path"), hf_name=value("hf_name"), hf_config=value("hf_config"))
+
+
+OmegaConf.register_new_resolver("question_set", _question_set_resolver, replace=True)
