@@ -26,11 +26,6 @@ class ContextWindowExceeded(LLMError):
     showed it could not fit before it was sent. The task ends as the agent's outcome (`out_of_context`), not as an
     error; the message is the server's own (or the check's)."""
 
-    def __init__(self, message: str, *, sent: bool = True) -> None:
-        super().__init__(message)
-        self.sent = sent
-        """False when the request was never sent (`llm.context_window`)."""
-
 
 class ServerSetupError(LLMError):
     """The LLM server is set up so that no task can mean anything (it writes tool calls as text: no tool parser).

@@ -84,7 +84,8 @@ def load_chat_template(path: str | Path) -> ChatTemplate:
     try:
         _compile(template.source)
     except jinja2.TemplateSyntaxError as e:
-        raise ConfigError(f"the chat template of {template.origin} (agent.chat_template) is not valid jinja: {e}") from e
+        raise ConfigError(f"the chat template of {template.origin} (agent.chat_template) is not valid jinja: "
+                          f"{e}") from e
     return template
 
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.errors import ConfigError, ContextWindowExceeded
+from rollout.errors import ConfigError, ContextWindowExceeded, RetrievalError
 
 OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error", "context_window_exceeded"})
 """Error codes or types that mean the request does not fit: OpenAI's and llama-cpp-python's `code`
@@ -96,8 +96,7 @@ class ContextBudget:
         self.tokenizer = tokenizer
         self._counter: Any = None
         if tokenizer is not None:
-            from rollout.errors import RetrievalError
-            from rollout.retrieval.token_count import load_token_counter
+            from rollout.retrieval.token_count import load_token_counter  # the retrieval package only when asked
 
             try:
                 self._counter = load_token_counter(tokenizer)
@@ -137,5 +136,4 @@ class ContextBudget:
         if prompt + completion > self.window:
             raise ContextWindowExceeded(
                 f"the next request would need {prompt + completion} tokens ({prompt} in the prompt, {self.method}; "
-                f"{completion} for the completion), over llm.context_window={self.window}: not sent",
-                sent=False)
+                f"{completion} for the completion), over llm.context_window={self.window}: not sent")

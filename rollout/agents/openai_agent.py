@@ -171,8 +171,10 @@ class OpenAIAgent:
             return
         except LLMError as e:
             if refused(e):  # every task's request would be refused the same way
-                raise LLMError(f"agent=openai preflight with a tool (llm.model={self.settings.model}) failed: {e}") from e
-            logger.warning("tool-parser preflight: no answer (%s); going on without knowing how tool calls come back", e)
+                raise LLMError(f"agent=openai preflight with a tool (llm.model={self.settings.model}) failed: "
+                               f"{e}") from e
+            logger.warning("tool-parser preflight: no answer (%s); going on without knowing how tool calls come "
+                           "back", e)
             return
         finally:
             await self.client.aclose()

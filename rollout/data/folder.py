@@ -10,8 +10,8 @@ excluded folder is not entered, so nothing under it can be re-included; in one f
 comes after `.gitignore`, so it can re-include with `!`). A document's id, `doc_id` and title are its
 path relative to the folder with '/' separators (`guides/setup.md`), so every passage cut from it still
 names its file; its text is the file's content read as UTF-8, with trailing spaces and line-ending
-differences removed. An empty (or whitespace-only) file is left out, and counted in a warning. Folder corpora are chunked by default (`FOLDER_CHUNK_TOKENS`), since a file is
-often much longer than a retrieval passage.
+differences removed. An empty (or whitespace-only) file is left out, and counted in a warning. Folder corpora
+are chunked by default (`FOLDER_CHUNK_TOKENS`), since a file is often much longer than a retrieval passage.
 """
 
 from __future__ import annotations

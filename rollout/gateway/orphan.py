@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def watch_parent(interval_s: float = WATCH_INTERVAL_S) -> None:
 
     def watch() -> None:
         while os.getppid() == parent:
-            threading.Event().wait(interval_s)
+            time.sleep(interval_s)
         logger.warning("The process that launched this gateway (pid %d) is gone; stopping", parent)
         os.kill(os.getpid(), signal.SIGTERM)
 
