@@ -49,3 +49,8 @@ class ReadableConsole(Console):
             super().print(*objects, **kwargs)
         finally:
             self.width = saved
+
+
+def percent(value: float | None) -> str:
+    """A share as the report tables print it, e.g. "66.7%"; "-" without a value."""
+    return "-" if value is None else f"{100 * value:.1f}%"

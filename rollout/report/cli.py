@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rollout.console import ReadableConsole
+from rollout.console import ReadableConsole, percent
 from rollout.errors import NotARunFolderError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
@@ -36,10 +36,6 @@ def _fmt(value: Any, digits: int = 1) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _failures(row: dict[str, Any]) -> str:
@@ -63,7 +59,7 @@ def _calls_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
     table = _table(title, columns)
     for r in rows:
         table.add_row(
-            _fmt(r[key]), str(r["total_calls"]), str(r["failed_calls"]), _pct(r["success_rate"]),
+            _fmt(r[key]), str(r["total_calls"]), str(r["failed_calls"]), percent(r["success_rate"]),
             _fmt(r["p50_ms"]), _fmt(r["p95_ms"]), _fmt(r["p99_ms"]),
             _fmt(r["rtt_p50_ms"]), _fmt(r["rtt_p95_ms"]), _fmt(r["rtt_p99_ms"]),
             _fmt(r.get("context_tokens_p50")), _fmt(r.get("context_tokens_p95")), _fmt(r.get("context_tokens_mean")),
@@ -79,8 +75,8 @@ def _retrieval_table(title: str, key: str, rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         table.add_row(
             _fmt(r[key]), str(r["retrieval_calls"]), str(r["scored_calls"]),
-            *(_pct(r[f"hit_at_{k}"]) for k in (1, 3, 5, "all")),
-            str(r["query_calls"]), str(r["repeated_calls"]), _pct(r["repeated_query_share"]),
+            *(percent(r[f"hit_at_{k}"]) for k in (1, 3, 5, "all")),
+            str(r["query_calls"]), str(r["repeated_calls"]), percent(r["repeated_query_share"]),
         )
     if not rows:
         table.add_row("(no retrieval calls)", *["-"] * 9)
@@ -94,7 +90,7 @@ def _print_run(console: Console, report: dict[str, Any], path: Path) -> None:
     # Token columns are over the calls that reported accounting: say so when that is not every call.
     accounted = "" if s["accounted_calls"] == s["total_calls"] else f" · {s['accounted_calls']} reported accounting"
     console.print(
-        f"{s['total_calls']} calls · {s['failed_calls']} failed · success {_pct(s['success_rate'])}"
+        f"{s['total_calls']} calls · {s['failed_calls']} failed · success {percent(s['success_rate'])}"
         f" · {s['tasks_with_calls']} tasks · {s['workers_with_calls']} workers{accounted}{trajectory}"
     )
     for line in degraded_lines(s.get("degraded_tools") or {}):

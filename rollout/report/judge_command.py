@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rollout.console import percent
 from rollout.errors import RolloutError
 from rollout.records import TaskKey, TaskResult
 from rollout.report.compare import find_runs
@@ -191,10 +192,6 @@ def add_judge_parser(commands: Any) -> None:
     judge.set_defaults(run=run_judge)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def print_judging(console: Console, j: RunJudging, *, show_all: bool = False) -> None:
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -202,7 +199,7 @@ def print_judging(console: Console, j: RunJudging, *, show_all: bool = False) ->
     console.rule(f"judge {j.settings.key} · {j.run_dir}")
     say(f"{j.scored} scored tasks · {j.asked} asked now · {j.scored - j.failed_tasks - j.asked} verdicts kept from "
         f"earlier · {j.failed_tasks} failed tasks wrong without asking")
-    say(" · ".join(f"{m} {_pct(v)}" for m, v in j.means.items()))
+    say(" · ".join(f"{m} {percent(v)}" for m, v in j.means.items()))
     if j.unparsed or j.request_errors:
         say(f"no verdict: {j.unparsed} replies could not be parsed (metrics None, raw replies kept in "
             f"{verdicts_path(j.run_dir, j.settings.key)}) · {j.request_errors} requests failed (asked again next "
@@ -214,7 +211,7 @@ def print_judging(console: Console, j: RunJudging, *, show_all: bool = False) ->
     say(f"judge usage (apart from the agent's): {u.verdicts} verdicts · {u.requests} requests · "
         f"{u.total_tokens} tokens{cost}{latency}")
     a = j.agreement
-    say(f"exact match and the judge agree on {_pct(a.rate)} of {a.judged} judged answers")
+    say(f"exact match and the judge agree on {percent(a.rate)} of {a.judged} judged answers")
     table = Table()
     for column in ("", "judge right", "judge wrong"):
         table.add_column(column, justify="right" if column else "left")

@@ -21,6 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from envs.http_mcp_rag_env import keep_rag_modules
+from rollout.console import ReadableConsole
 from rollout.data import is_source_folder
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.events import AnyEvent
@@ -28,7 +29,6 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskResult
-from rollout.console import ReadableConsole
 from rollout.report import write_tool_report
 from rollout.report.judge_command import judge_finished_run
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
@@ -39,9 +39,9 @@ from rollout.run.dataset import prepare_data
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
-from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.outcome import RunOutcome
 from rollout.run.ray_session import ray_session
+from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
 from rollout.run.scheduler import Scheduler, start_actors
 from rollout.run.worker import EnvSpec
