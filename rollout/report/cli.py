@@ -151,6 +151,14 @@ def run_rescore(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def add_run_paths(parser: argparse.ArgumentParser, metavar: str) -> None:
+    """The run folders a report reads: folders holding trajectory.jsonl, or their parents."""
+    parser.add_argument(
+        "paths", nargs="+", metavar=metavar,
+        help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment> (its run subfolders)",
+    )
+
+
 def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Reports rebuilt from run folders.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -165,10 +173,7 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="metrics per mode and paired differences of every metric against a baseline; writes comparison.md, "
              "comparison.png, comparison.json and comparison.csv",
     )
-    compare.add_argument(
-        "paths", nargs="+", metavar="DIR",
-        help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment> (its run subfolders)",
-    )
+    add_run_paths(compare, "DIR")
     compare.add_argument("--baseline", metavar="MODE", help="mode the others are paired against (default: the first run)")
     compare.add_argument("--out", metavar="DIR", type=Path, help="where to write the files (default: the runs' common parent)")
     compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
@@ -184,10 +189,7 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="rebuild each run's evaluation_summary.json from its trajectory, config.yaml and scores/*.jsonl "
              "(its own scorers, a judge's scores) without rerunning it",
     )
-    rescore_cmd.add_argument(
-        "paths", nargs="+", metavar="RUN",
-        help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment> (its run subfolders)",
-    )
+    add_run_paths(rescore_cmd, "RUN")
     rescore_cmd.add_argument(
         "--scorer", action="append", metavar="NAME",
         help="a scorer package.module:function to score with instead of the run's scoring.scorers (repeatable)",
