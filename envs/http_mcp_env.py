@@ -35,8 +35,10 @@ from rollout.wire import (
     META_CALL_ID,
     META_GROUP,
     META_RUN_ID,
+    META_STEP,
     META_TASK_ID,
     META_TEXT,
+    META_TRAFFIC,
     META_WORKER_ID,
     TEXT_FROM_STRUCTURED,
     TOOLSETS_GROUP,
@@ -77,12 +79,15 @@ class HttpMCPEnv:
         headers: dict[str, str] | None = None,
         reconnect_timeout_s: float = 120.0,
         run_id: str | None = None,
+        traffic: str | None = None,
     ):
         """`url` ends with /mcp (streamable HTTP) or /sse (SSE). `auth_token` (default
         `$ROLLOUT_GATEWAY_TOKEN`) goes as `Authorization: Bearer ...` with `headers` on every request.
         When the session breaks, it is reopened for up to `reconnect_timeout_s`; calls wait for that.
-        `run_id` goes with every call, so the gateway keeps per-task state apart between runs."""
+        `run_id` goes with every call, so the gateway keeps per-task state apart between runs; `traffic`
+        (`rollout.wire.TRAFFIC_TRAIN` for a trainer) too, so the gateway's ledger marks the calls as such."""
         self.run_id = run_id
+        self.traffic = traffic
         self.url = url
         self.headers = {**(headers or {}), **auth_headers(resolve_token(auth_token))}
         self.worker_id = worker_id
@@ -181,9 +186,11 @@ class HttpMCPEnv:
         return TaskSession(self, task_id, events, attempt)
 
     async def call(
-        self, name: str, arguments: dict[str, Any], task_id: str, call_id: str | None = None, attempt: int = 1
+        self, name: str, arguments: dict[str, Any], task_id: str, call_id: str | None = None, attempt: int = 1,
+        step: int | None = None,
     ) -> tuple[ToolResult, ToolCallRecord]:
-        """Call a tool for a task; failures become error results, never exceptions.
+        """Call a tool for a task; failures become error results, never exceptions. `step` is a trainer's step
+        number, kept in the gateway's ledger.
 
         While the session is being reopened the call waits for it (up to `reconnect_timeout_s`)."""
         call_id = call_id or uuid.uuid4().hex
@@ -198,6 +205,10 @@ class HttpMCPEnv:
         # META_TEXT: the gateway may send a typed result once, as structured content; `result_text` makes the text.
         meta = {META_CALL_ID: call_id, META_TASK_ID: task_id, META_WORKER_ID: self.worker_id, META_ATTEMPT: attempt,
                 META_RUN_ID: self.run_id, META_TEXT: TEXT_FROM_STRUCTURED}
+        if self.traffic is not None:
+            meta[META_TRAFFIC] = self.traffic
+        if step is not None:
+            meta[META_STEP] = step
         used, retried = 0, False
         while True:
             client, used, why = await self._session.acquire(used, self.reconnect_timeout_s)

@@ -25,6 +25,17 @@ META_ATTEMPT = "rollout/attempt"
 """The task's attempt number (1 unless a worker died under an earlier attempt)."""
 META_RUN_ID = "rollout/run_id"
 """Identity of the run the call belongs to (scopes per-task state on a shared gateway)."""
+META_TRAFFIC = "rollout/traffic"
+"""What kind of client sent the call when it is not an evaluation run: `TRAFFIC_TRAIN` for a trainer's tool calls
+(`rollout.trainers`). The ledger keeps it, so training and evaluation traffic on one gateway are told apart."""
+META_STEP = "rollout/step"
+"""The trainer's step number when it sends one (an int); the ledger keeps it for `rollout report tool-stats`."""
+TRAFFIC_TRAIN = "train"
+"""`META_TRAFFIC`'s value for a trainer's calls."""
+HEADER_TRAFFIC = "X-Rollout-Traffic"
+"""HTTP routes' (`POST /retrieve`) form of `META_TRAFFIC`."""
+HEADER_STEP = "X-Rollout-Step"
+"""HTTP routes' form of `META_STEP`."""
 
 META_TEXT = "rollout/text"
 """On a request, `TEXT_FROM_STRUCTURED`: the client makes a result's text from its structured content itself,

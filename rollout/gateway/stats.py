@@ -23,7 +23,9 @@ from rollout.wire import (
     META_ACCOUNTING,
     META_ATTEMPT,
     META_CALL_ID,
+    META_STEP,
     META_TASK_ID,
+    META_TRAFFIC,
     META_WORKER_ID,
     Outcome,
     classify_result,
@@ -65,16 +67,22 @@ class CallStat:
     via: str | None = None
     """The route that made the call when it was not a tools/call: "retrieve" for a query sent to `POST /retrieve`
     (`rollout.gateway.retrieve_api`), which no trajectory holds. Left out of the line when None."""
+    traffic: str | None = None
+    """"train" for a trainer's call (`rollout.wire.META_TRAFFIC`); left out of the line when None (an evaluation's)."""
+    step: int | None = None
+    """The trainer's step number when it sent one (`rollout.wire.META_STEP`); left out of the line when None."""
 
 
 _STAT_FIELDS = tuple(f.name for f in fields(CallStat))
+_OPTIONAL_FIELDS = ("via", "traffic", "step")
 
 
 def _line(stat: CallStat) -> str:
     # The fields read directly, not `dataclasses.asdict`: its deep copy was most of a record's cost.
     record = {name: getattr(stat, name) for name in _STAT_FIELDS}
-    if record["via"] is None:
-        del record["via"]  # a tools/call's line stays as it was
+    for optional in _OPTIONAL_FIELDS:
+        if record[optional] is None:
+            del record[optional]  # an evaluation's tools/call line stays as it was
     return json.dumps(record) + "\n"
 
 
@@ -177,6 +185,8 @@ class ToolStatsMiddleware:
                     result_ids=ids,
                     attempt=_int_or_none(meta.get(META_ATTEMPT)),
                     accounting=cost,
+                    traffic=_str_or_none(meta.get(META_TRAFFIC)),
+                    step=_int_or_none(meta.get(META_STEP)),
                 )
             )
 
@@ -197,3 +207,7 @@ def _int_or_none(value: Any) -> int | None:
         return int(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value is not None else None

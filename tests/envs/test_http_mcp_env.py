@@ -71,6 +71,19 @@ async def test_calls_carry_ids_to_the_gateway_stats(kb, tmp_path):
     assert set(stats["task_id"]) == {"task-1"} and set(stats["worker_id"]) == {"w3"}
 
 
+async def test_training_traffic_and_step_reach_the_ledger_only_when_sent(kb, tmp_path):
+    gateway_file = GATEWAYS_DIR / "rag_sparse_only.json"
+    with gateway_on_loopback(gateway_file, kb, tmp_path) as url:
+        async with HttpMCPRagEnv(url, gateway_file, traffic="train") as trainer:
+            await trainer.call("query_knowledge_base_sparse", {"query": "Voss"}, "t-train", step=7)
+            await trainer.call("query_knowledge_base_sparse", {"query": "Voss"}, "t-train")
+        async with HttpMCPRagEnv(url, gateway_file) as evaluation:
+            await evaluation.call("query_knowledge_base_sparse", {"query": "Voss"}, "t-eval")
+    lines = [json.loads(line) for line in (tmp_path / "tool_stats" / "realtime_calls.jsonl").read_text().splitlines()]
+    assert [(line.get("traffic"), line.get("step")) for line in lines] == [("train", 7), ("train", None), (None, None)]
+    assert "traffic" not in lines[2] and "step" not in lines[2]  # an evaluation's line is as it always was
+
+
 async def test_unreachable_gateway_fails_to_start():
     env = HttpMCPRagEnv("http://127.0.0.1:9/mcp", GATEWAYS_DIR / "rag_sparse_only.json")
     with pytest.raises(GatewayError, match="Is the gateway running"):
