@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rollout.agents.base import query_functions
 from rollout.errors import ConfigError
 from rollout.records import ToolResult
 
@@ -126,6 +127,29 @@ class TagProtocol:
     @property
     def searches(self) -> tuple[Tag, ...]:
         return self.tags[:-1]
+
+    def routes(self, tool_specs: list[dict[str, Any]], top_k: int | None) -> dict[Tag, tuple[str, bool]]:
+        """Per search tag, the tool it calls and whether `top_k` is passed; a tag the offered tools cannot serve is
+        a `ConfigError` naming the offered ones."""
+        offered = query_functions(tool_specs)
+        names = [f["name"] for f in offered]
+        every = ", ".join(str((s.get("function") or s).get("name")) for s in tool_specs) or "none"
+        routes = {}
+        for i, tag in enumerate(self.searches):
+            if tag.tool is None and not offered:
+                raise ConfigError(f"agent.searches[{i}] ({tag.open}) calls the mode's first search tool, but the "
+                                  f"gateway offers none taking a string query (offered: {every}); pick a mode "
+                                  "with a search tool, e.g. mode=sparse")
+            function = offered[0] if tag.tool is None else next((f for f in offered if f["name"] == tag.tool), None)
+            if function is None:
+                raise ConfigError(f"agent.searches[{i}].tool={tag.tool} ({tag.open}) is not a search tool the gateway "
+                                  f"offers; its search tools: {', '.join(names) or 'none'} (all tools: {every})")
+            takes_top_k = "top_k" in ((function.get("parameters") or {}).get("properties") or {})
+            if top_k is not None and not takes_top_k:
+                raise ConfigError(f"{function['name']} takes no top_k, so agent.top_k={top_k} cannot be "
+                                  "honoured: set agent.top_k=null")
+            routes[tag] = (function["name"], top_k is not None)
+        return routes
 
     def parse(self, text: str) -> Step:
         """The turn's first complete action: the earliest closing tag with its opening tag before it (the nearest

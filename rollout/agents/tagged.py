@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
+from rollout.agents.base import AgentResult, TaskTools, call_tool
 from rollout.agents.chat_template import ChatTemplate, load_chat_template
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, plain
 from rollout.agents.tag_protocol import Step, Tag, TagProtocol
@@ -115,27 +115,9 @@ class TaggedAgent:
                                     timeout_s=timeout_s)
 
     def check_tools(self, tool_specs: list[dict[str, Any]]) -> dict[Tag, tuple[str, bool]]:
-        """Per search tag, the tool it calls and whether `top_k` is passed; a tag the offered tools cannot serve is
-        a `ConfigError` naming the offered ones (the driver calls this once before any task starts)."""
-        offered = query_functions(tool_specs)
-        names = [f["name"] for f in offered]
-        every = ", ".join(str((s.get("function") or s).get("name")) for s in tool_specs) or "none"
-        routes = {}
-        for i, tag in enumerate(self.protocol.searches):
-            if tag.tool is None and not offered:
-                raise ConfigError(f"agent.searches[{i}] ({tag.open}) calls the mode's first search tool, but the "
-                                  f"gateway offers none taking a string query (offered: {every}); pick a mode "
-                                  "with a search tool, e.g. mode=sparse")
-            function = offered[0] if tag.tool is None else next((f for f in offered if f["name"] == tag.tool), None)
-            if function is None:
-                raise ConfigError(f"agent.searches[{i}].tool={tag.tool} ({tag.open}) is not a search tool the gateway "
-                                  f"offers; its search tools: {', '.join(names) or 'none'} (all tools: {every})")
-            takes_top_k = "top_k" in ((function.get("parameters") or {}).get("properties") or {})
-            if self.top_k is not None and not takes_top_k:
-                raise ConfigError(f"{function['name']} takes no top_k, so agent.top_k={self.top_k} cannot be "
-                                  "honoured: set agent.top_k=null")
-            routes[tag] = (function["name"], self.top_k is not None)
-        return routes
+        """Per search tag, the tool it calls and whether `top_k` is passed (`TagProtocol.routes`); the driver calls
+        this once before any task starts, so a tag the offered tools cannot serve stops the run."""
+        return self.protocol.routes(tool_specs, self.top_k)
 
     def opening_messages(self, question: str, system_prompt: str) -> list[dict[str, Any]]:
         """The conversation a task opens with, for RL prompts (`rollout export --questions`): the instruction with

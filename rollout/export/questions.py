@@ -41,10 +41,10 @@ def compose_questions(overrides: Sequence[str]) -> RunConfig:
     try:
         return compose_run_config(*given)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ExportError(f"--questions {' '.join(overrides)}: {_one_line(e)}") from e
+        raise ExportError(f"--questions {' '.join(overrides)}: {hydra_error_line(e)}") from e
 
 
-def _one_line(e: Exception) -> str:
+def hydra_error_line(e: Exception) -> str:
     """Hydra's message on one line: its first line, and the options it lists for an unknown group option."""
     lines = [line.strip() for line in str(e).split("Config search path:")[0].splitlines() if line.strip()]
     if not lines:
