@@ -33,7 +33,6 @@ from typing import Any
 import anyio
 import jsonschema
 import referencing.exceptions
-from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from pydantic import TypeAdapter, ValidationError
 
 from rollout.errors import ConfigError
@@ -64,6 +63,10 @@ class KBDefault:
 
 def tool_parameters(fn: ToolFn) -> dict[str, inspect.Parameter]:
     """The parameters of `fn` its input schema shows (all but the injected MCP context), annotations evaluated."""
+    # Imported here: the MCP server package is a large import that a run's driver, which plans but does not
+    # serve the gateway, would otherwise pay at start-up.
+    from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
+
     context = find_context_parameter(fn)
     parameters = inspect.signature(fn, eval_str=True).parameters
     return {name: p for name, p in parameters.items() if name != context}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -12,11 +12,13 @@ from rollout.errors import ConfigError
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import parse_verbose
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
-from rollout.report.judge import JudgeSettings
 from rollout.retrieval.params import RetrievalParams
 from rollout.run.dataset import DatasetConfig
 from rollout.run.identity_keys import identity_overrides, run_suffix
 from rollout.wire import MAX_DOCS_PER_CALL
+
+if TYPE_CHECKING:
+    from rollout.report.judge import JudgeSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,9 @@ class RunConfig:
         """The judge the run ends with, when `judge.model` is set; a wrong `judge:` block is a `ConfigError`."""
         if not (self.judge or {}).get("model"):
             return None
+        # Imported only for a judged run: the judge's LLM client (openai) is most of a run's start-up imports.
+        from rollout.report.judge import JudgeSettings
+
         return JudgeSettings.from_config(self.judge)
 
     def step_llm(self) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,9 +28,8 @@ from rollout.events import AnyEvent
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
-from rollout.records import TaskResult
+from rollout.records import TaskKey, TaskResult
 from rollout.report import write_tool_report
-from rollout.report.judge_command import judge_finished_run
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
 from rollout.report.scoring import print_summary
 from rollout.report.user_scorers import load_scorers
@@ -53,6 +52,7 @@ from rollout.run_folder import (
     append_task,
     write_tools,
 )
+from rollout.summary import RunSummary
 from rollout.view.progress import RunProgress
 from rollout.view.render import format_live_event
 from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
@@ -243,6 +243,32 @@ class Timeline:
         return " · ".join(f"{step} {at:.1f}" for step, at in self.marks.items())
 
 
+def _score_and_print(cfg: RunConfig, out: Path, agent: object, timeline: Timeline, interrupted: bool,
+                     not_asked: Container[TaskKey], tool_specs: list[dict[str, Any]],
+                     degraded_tools: dict[str, str]) -> RunSummary:
+    """Judge (when configured), score and print the run's summary; returns it."""
+    if not interrupted and (judge := cfg.judge_settings()) is not None:
+        from rollout.report.judge_command import judge_finished_run  # the judge's client, for judged runs only
+
+        judge_finished_run(out, judge, ReadableConsole())  # its scores file joins the summary below
+    # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be
+    # tasks this run no longer asks.
+    summary = score_folder(
+        out, ScoringConfig(mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
+                           score_failed=cfg.score_failed, scorers=cfg.scorers),
+        RunFacts(wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
+                 deterministic_agent=getattr(agent, "deterministic", None), degraded_tools=degraded_tools,
+                 tools_offered=len(tool_specs)),
+        asked=lambda key: key not in not_asked,
+    )
+    for warning in summary.warnings:
+        logger.warning("%s", warning)
+    timeline.mark("scored")
+    logger.info("Timeline (seconds since start): %s", timeline.line())
+    print_summary(summary, out)
+    return summary
+
+
 def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] | None,
                       on_task: Callable[[TaskResult], None] | None) -> RunOutcome:
     timeline = Timeline()
@@ -312,26 +338,16 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
             except KeyboardInterrupt:
                 interrupted = True
                 logger.warning("Interrupted: stopping the workers; finished tasks are saved")
-    timeline.mark("all results")
+        timeline.mark("all results")
+        # The summary is on screen before Ray and the gateway stop: every record is in trajectory.jsonl already,
+        # and their shutdown (a second or more) need not keep the user from the scores.
+        summary = _score_and_print(cfg, out, agent, timeline, interrupted, resumed.not_asked, tool_specs,
+                                   degraded_tools)
     if not cfg.gateway.url:
+        # After the gateway stopped: a call still running when its task timed out is in the ledger by now.
         write_tool_report(out)
-    if not interrupted and (judge := cfg.judge_settings()) is not None:
-        judge_finished_run(out, judge, ReadableConsole())  # its scores file joins the summary below
-    # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be
-    # tasks this run no longer asks.
-    summary = score_folder(
-        out, ScoringConfig(mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
-                           score_failed=cfg.score_failed, scorers=cfg.scorers),
-        RunFacts(wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
-                 deterministic_agent=getattr(agent, "deterministic", None), degraded_tools=degraded_tools,
-                 tools_offered=len(tool_specs)),
-        asked=lambda key: key not in resumed.not_asked,
-    )
-    for warning in summary.warnings:
-        logger.warning("%s", warning)
-    timeline.mark("scored")
-    logger.info("Timeline (seconds since start): %s", timeline.line())
-    print_summary(summary, out)
+    timeline.mark("stopped")
+    logger.debug("Timeline after the summary: %s", timeline.line())
     if interrupted:
         raise RunInterrupted(
             f"interrupted with {summary.n} of {total} tasks finished, saved in {out}. "

@@ -219,7 +219,9 @@ class GatewayProcess:
             self._stopped = True
             proc, self._proc = self._proc, None
         if proc is not None:
+            started = time.perf_counter()
             _end(proc)
+            logger.debug("Stopped the gateway (pid %d) in %.1f s", proc.pid, time.perf_counter() - started)
         self._tmp.cleanup()
 
 

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,8 +30,8 @@ class _Sweep:
 
     active = False
     """Within `ray_for_the_sweep()`: a Ray a run starts is left up for the next run."""
-    settings: dict[str, Any] | None = None
-    """The `ray.init` arguments of the Ray the sweep keeps up; None while it keeps none."""
+    settings: tuple[dict[str, Any], dict[str, str]] | None = None
+    """The `ray.init` arguments and the worker environment of the Ray the sweep keeps up; None while it keeps none."""
 
 
 _sweep = _Sweep()
@@ -47,21 +48,31 @@ def worker_env_vars(cfg: RunConfig) -> dict[str, str]:
 
 def ray_settings(cfg: RunConfig) -> dict[str, Any]:
     """The `ray.init` arguments of a run's own Ray."""
-    # Joining a cluster, workers on other nodes do not inherit this process's environment.
-    env_vars = worker_env_vars(cfg) if cfg.ray_address else {}
-    # `ray.address: null` means a Ray of the run's own: Ray's default would join any cluster a `ray start`
-    # left on this machine (or $RAY_ADDRESS names), with its CPUs and its workers' environment.
-    return {
+    settings: dict[str, Any] = {
+        # `ray.address: null` means a Ray of the run's own: Ray's default would join any cluster a `ray start`
+        # left on this machine (or $RAY_ADDRESS names), with its CPUs and its workers' environment.
         "address": cfg.ray_address or "local",
         "num_cpus": cfg.ray_num_cpus,
         "include_dashboard": False,
         "logging_level": levels(cfg.verbose).libraries,  # Ray's start-up lines are library detail
         "log_to_driver": True,
-        # Each worker logs in the run's format at its verbosity; Ray forwards the lines, and `ray_session` has them
-        # logged here (rollout.run.ray_console) rather than printed with Ray's prefixes.
-        "runtime_env": {"env_vars": {**env_vars, **ray_worker_env(cfg.verbose)},
-                        "worker_process_setup_hook": RAY_WORKER_SETUP_HOOK},
     }
+    if cfg.ray_address:
+        # Joining a cluster, workers on other nodes do not inherit this process's environment: it goes in Ray's
+        # runtime environment, and the setup hook gives each worker the run's log format before any task.
+        settings["runtime_env"] = {"env_vars": {**worker_env_vars(cfg), **ray_worker_env(cfg.verbose)},
+                                   "worker_process_setup_hook": RAY_WORKER_SETUP_HOOK}
+    return settings
+
+
+def local_worker_env(cfg: RunConfig) -> dict[str, str]:
+    """What a local Ray's workers need from this process's environment (`ray_session` sets it before `ray.init`).
+
+    A local Ray's workers are children of the raylet this process starts, so they inherit its environment, and each
+    worker sets the run's log format when it starts (`rollout.run.worker.RolloutWorker`). A runtime environment
+    would do the same at a price: Ray then starts a new process for each actor instead of handing it one of the
+    workers it started with the node (about a second each on two cores, on every run's critical path)."""
+    return {} if cfg.ray_address else ray_worker_env(cfg.verbose)
 
 
 @contextlib.contextmanager
@@ -69,25 +80,27 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
     """Ray for the run: the one the caller started (tests share one), the sweep's if it has the run's settings, or
     one started now (shut down after the run, or when the sweep ends)."""
     settings = ray_settings(cfg)
+    worker_env = local_worker_env(cfg)
     quiet_token_notice()
     if ray.is_initialized():
-        if _sweep.settings in (None, settings):  # the caller's Ray, or the one the sweep keeps for these settings
+        if _sweep.settings in (None, (settings, worker_env)):  # the caller's Ray, or the sweep's for these settings
             forward_worker_logs()
             yield
             return
-        ray.shutdown()  # the sweep's Ray, started with other settings
+        _shutdown("the sweep's Ray, started with other settings")
         _sweep.settings = None
+    os.environ.update(worker_env)  # before the raylet starts: its workers inherit it
     ray.init(**copy.deepcopy(settings))  # Ray adds to the runtime_env it is given
     forward_worker_logs()
     if _sweep.active:
-        _sweep.settings = settings
+        _sweep.settings = (settings, worker_env)
         logger.info("Started Ray, kept up for the sweep's next jobs")
         yield
         return
     try:
         yield
     finally:
-        ray.shutdown()
+        _shutdown("the run's Ray")
 
 
 @contextlib.contextmanager
@@ -100,4 +113,10 @@ def ray_for_the_sweep() -> Iterator[None]:
         _sweep.active = False
         if _sweep.settings is not None:
             _sweep.settings = None
-            ray.shutdown()
+            _shutdown("the sweep's Ray")
+
+
+def _shutdown(what: str) -> None:
+    started = time.perf_counter()
+    ray.shutdown()
+    logger.debug("Shut down %s in %.1f s", what, time.perf_counter() - started)

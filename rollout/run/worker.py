@@ -19,6 +19,7 @@ from envs.mcp_transport import is_transport_failure
 from rollout.agents.base import Agent, AgentResult
 from rollout.errors import GatewayError, ServerSetupError
 from rollout.events import AnyEvent, CompletionEvent, ErrorEvent, EventLog, LLMOutputEvent
+from rollout.logs import configure_ray_worker
 from rollout.records import Question, TaskResult, TaskStatus, ToolCallRecord, ToolResult, wire_task_id
 from rollout.run_folder import spec_name
 from rollout.wire import INFRA_OUTCOMES
@@ -107,6 +108,7 @@ class RolloutWorker:
         task_timeout_s: float | None = None,
         watch: bool = False,
     ):
+        configure_ray_worker()  # a local Ray starts its workers without the setup hook (see rollout.run.ray_session)
         self.worker_id = worker_id
         self.env_spec = env_spec
         self.agent: Agent = instantiate(agent_spec)
