@@ -4,7 +4,7 @@
 
 Each round runs, in turn, each in a fresh process with a warm cache (the demo's indexes built once before the
 first round):
-- Ray alone: `import ray; ray.init(...); ray.shutdown()` with the settings a run starts its Ray with
+- Ray alone: `import ray; ray.init(...); ray.shutdown()` with the arguments a run starts its local Ray with
   (`rollout.run.ray_session.ray_settings`). Its start is when `ray.init` has returned (the process says so on
   stdout), its whole time when the process has exited.
 - the demo: `python -m rollout mode=hybrid progress=false` into a new folder. Its summary is on screen when the
@@ -37,15 +37,14 @@ from rollout.paths import PROJECT_ROOT
 SUMMARY_HEAD = re.compile(r"^rollout · mode=")
 TIMELINE = re.compile(r"Timeline \(seconds since start\): (.*)$")
 RAY_ONLY = """
-import json, sys, time
+import logging
 import ray
-from rollout.run.config import compose_run_config
-from rollout.run.ray_session import ray_settings
-settings = ray_settings(compose_run_config("mode=hybrid", "progress=false"))
-ray.init(**settings)
+ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
 print("ray up", flush=True)
 ray.shutdown()
 """
+"""Ray alone, with the arguments a run gives its local Ray (`rollout.run.ray_session.ray_settings`), written out so
+that this process imports nothing of rollout's."""
 
 
 @dataclass(frozen=True)
