@@ -5,8 +5,8 @@ per trajectory with `skyrl_gym.make(environment.env_class, env_config=environmen
 extras=<the row's other columns>)`, in the process of its training entrypoint (the `skyrl_entrypoint` Ray task),
 so that is where this module must be imported: see docs/trainers.md, "SkyRL".
 
-An episode is one question under the experiment's tag protocol (`agent=search_r1` by default; a protocol with two
-search tags such as `agent=search_r1_hybrid` routes each tag to its own tool), its searches made on a running
+An episode is one question under the experiment's tag protocol (`agent=search_r1` unless it names another; one
+with two search tags such as `agent=search_r1_hybrid` routes each tag to its own tool), its searches made on a running
 gateway through the trajectory's own MCP session (`ToolSession`: opened at `init`, closed when the episode ends or
 at `close`), every call in the gateway's ledger as training traffic. `step` reads one policy turn with
 `TextEpisode`, so observations are the protocol's information block or its feedback, as the evaluated agent reads
@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 ENV_ID = "rollout"
 """The id SkyRL names the environment by: `environment.env_class=rollout`."""
+DEFAULT_AGENT = "agent=search_r1"
 T = TypeVar("T")
 _WARNED: set[str] = set()
 """The warnings given in this process (each once: SkyRL makes thousands of environments)."""
@@ -63,7 +64,7 @@ class RolloutEnvConfig:
     experiment: str = ""
     """rollout's Hydra overrides naming the experiment, as typed after `python -m rollout` and split as the shell
     splits them (a list is taken too): `mode=hybrid agent=search_r1_hybrid dataset=nq ...`. The gateway file and
-    the agent's protocol, top_k and max_turns are read from it; none: the demo."""
+    the agent's protocol, top_k and max_turns are read from it; without `agent=`, the agent is `search_r1`."""
     gateway_url: str = "http://127.0.0.1:8080/mcp"
     """The running gateway's MCP URL; it must serve the experiment's gateway file."""
     token_env: str = TOKEN_ENV
@@ -89,9 +90,12 @@ class RolloutEnvConfig:
 
     @property
     def overrides(self) -> tuple[str, ...]:
-        if isinstance(self.experiment, str):
-            return tuple(shlex.split(self.experiment))
-        return tuple(str(o) for o in self.experiment)
+        """The experiment's overrides, `agent=search_r1` first when they name no agent (a run's default agent
+        calls tools natively and speaks no tag protocol)."""
+        given = shlex.split(self.experiment) if isinstance(self.experiment, str) else [str(o) for o in self.experiment]
+        if not any(o.lstrip("+~").startswith("agent=") for o in given):
+            given.insert(0, DEFAULT_AGENT)
+        return tuple(given)
 
 
 _COMPOSING = threading.Lock()

@@ -105,9 +105,11 @@ def test_an_episode_searches_reads_the_information_block_and_is_rewarded_by_the_
     protocol = TrainingExperiment.compose(overrides).protocol()
     assert extras["reward_model"]["ground_truth"] == {"target": ["Kelmor"]} and extras["extra_info"]["id"] == "q-voss"
 
-    env = make_env(url, overrides, extras)
+    env = make_env(url, [o for o in overrides if o != "agent=search_r1"], extras)  # the default agent
+    assert env.settings.overrides[0] == "agent=search_r1"
     opening, info = env.init(prompt)
-    assert opening == prompt == [{"role": "user", "content": protocol.instruction(question="Where was Arlen Voss born?")}]
+    opening_text = protocol.instruction(question="Where was Arlen Voss born?")
+    assert opening == prompt == [{"role": "user", "content": opening_text}]
     searched = env.step("<think>I need his birthplace.</think>\n<search> Arlen Voss born </search>")
     answered = env.step("<think>Kelmor.</think>\n<answer> Kelmor </answer>")
     assert not searched["done"] and searched["reward"] == 0.0
