@@ -1,10 +1,12 @@
-"""`rollout COMMAND ...`: one command for runs, the gateway, reports, the viewer and retrieval evaluation.
+"""`rollout COMMAND ...`: one command for runs, the gateway, reports, the viewer, training environments and retrieval
+evaluation.
 
 Each subcommand hands the rest of the command line to the module `python -m` runs, so both forms
 behave alike. The rule for arguments: commands that compose `conf/` (run, eval-retrieval) take
 Hydra `key=value` overrides (and Hydra's `-m`, `--help`, `--cfg job`, and `-v`/`-q` for `verbose=`);
 commands that read files and folders (gateway, report, view) take positional paths and `--kebab-case`
-options.
+options; `env` takes an experiment's `key=value` overrides beside its `--kebab-case` options, as
+`export --questions` does.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def _view(argv: list[str], prog: str) -> int | None:
 
 def _export(argv: list[str], prog: str) -> int | None:
     from rollout.export.cli import main
+
+    return main(argv, prog=prog)
+
+
+def _env(argv: list[str], prog: str) -> int | None:
+    from rollout.trainers.openenv.__main__ import main
 
     return main(argv, prog=prog)
 
@@ -82,6 +90,9 @@ SUBCOMMANDS = {
         Subcommand("export", "rollout.export", "RUN --format F --out FILE ...",
                    "a run's conversations as SFT rows, or (--questions) a question set as verl RL prompts", False,
                    _export),
+        Subcommand("env", "rollout.trainers.openenv", "[KEY=VALUE ...] [--gateway-url URL] [--port N ...]",
+                   "serve an experiment as an OpenEnv environment for RL trainers (episodes over WebSocket)", False,
+                   _env),
         Subcommand("eval-retrieval", "rollout.retrieval.evaluate", "[KEY=VALUE ...] [-m] [-v|-q]",
                    "recall@k, hit@k and MRR of each retriever, no agent (conf/retrieval_eval.yaml)", True,
                    _eval_retrieval),
@@ -100,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
             "commands and their python -m equivalents:", *lines, "",
             "run and eval-retrieval take Hydra key=value overrides of conf/ (and -m, --help, --cfg job;",
             "-v/-q stand for verbose=N: -v debug lines, -vv libraries' too, -q warnings only);",
-            "gateway, report and view take paths and --kebab-case options. `rollout COMMAND --help` for each.",
+            "gateway, report and view take paths and --kebab-case options; env takes key=value overrides and",
+            "--kebab-case options. `rollout COMMAND --help` for each.",
         ]),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -64,6 +64,11 @@ class ExportError(RolloutError):
     """A run folder or question set cannot be exported as training rows as asked: one line, exit code 2."""
 
 
+class EpisodeError(RolloutError):
+    """An OpenEnv client's action cannot be taken now (no episode yet, the episode has ended, an unknown question):
+    it is answered with the message and the episode, if any, goes on (`rollout env`)."""
+
+
 class UnknownToolGroupError(ConfigError):
     """A gateway file names a tool group that no tool registers."""
 
