@@ -4,7 +4,8 @@ Collected from the fenced code blocks of README.md and docs/*.md (not the `text`
 output) and from the comments of conf/**/*.yaml (and any string in conf/gateways/*.json) that start
 with `python -m rollout` or `rollout `. Each is checked the way its command reads it: Hydra commands
 (run, eval-retrieval) are composed against conf/ with Hydra's compose API, a `-m` sweep split into its
-jobs first; argparse commands (gateway, report, view) are parsed by their own parser. The cheap ones, report and view, also run, against run folders
+jobs first; argparse commands (gateway, report, view) are parsed by their own parser, and `env`'s experiment
+composed as it composes it. The cheap ones, report and view, also run, against run folders
 made here under the paths the documentation uses (`report judge` asks a scripted judge in place of the endpoint it
 names). Runs, sweeps and gateways are not started:
 whole runs are tested elsewhere, and the README's quickstart lines are run by CI.
@@ -36,6 +37,8 @@ from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.records import TaskResult
 from rollout.report.cli import build_parser as report_parser
 from rollout.run.app import token_on_command_line
+from rollout.trainers.experiment import TrainingExperiment
+from rollout.trainers.openenv.__main__ import build_parser as env_parser
 from rollout.view.cli import build_parser as view_parser
 from tests.doc_pages import OUTPUT_BLOCKS, doc_pages, split_page, where
 from tests.report.judge_server import judge_server
@@ -173,6 +176,15 @@ def test_argparse_commands_parse(d: Documented):
         PARSERS[d.command](f"rollout {d.command}").parse_args(d.args)
     except SystemExit as e:
         pytest.fail(f"{d.where}: `{d.text}` does not parse (exit {e.code})")
+
+
+@pytest.mark.parametrize("d", [d for d in DOCUMENTED if d.command == "env"], ids=lambda d: d.where)
+def test_env_commands_name_an_experiment(d: Documented):
+    try:
+        args = env_parser("rollout env").parse_intermixed_args(d.args)
+    except SystemExit as e:
+        pytest.fail(f"{d.where}: `{d.text}` does not parse (exit {e.code})")
+    TrainingExperiment.compose(args.overrides)
 
 
 # --- the cheap ones, run as written against run folders made where the documentation points ---------------
