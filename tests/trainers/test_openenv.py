@@ -180,6 +180,8 @@ def test_bad_actions_get_one_line_and_the_episode_goes_on(served):
             return reply["data"]
 
         assert error("{not json")["code"] == "INVALID_JSON"
+        ws.send_bytes(json.dumps({"type": "state"}).encode())
+        assert ws.receive_json()["type"] == "state"
         assert error({"type": "jump"}) == {"message": "unknown message type 'jump': send {\"type\": \"reset\" | "
                                                       "\"step\" | \"state\" | \"close\", \"data\": {...}}",
                                            "code": "UNKNOWN_TYPE"}

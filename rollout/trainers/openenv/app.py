@@ -111,11 +111,16 @@ def create_app(served: ServedExperiment, *, host: str = "127.0.0.1", token: str 
         episode = Episode(served)
         try:
             while True:
-                reply = await answer(episode, await websocket.receive_text())
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                # OpenEnv's clients send text frames; a binary frame is read as the same JSON
+                raw = message.get("text") or (message.get("bytes") or b"").decode("utf-8", "replace")
+                reply = await answer(episode, raw)
                 if reply is None:
                     break
                 await websocket.send_text(json.dumps(reply))
-        except WebSocketDisconnect:
+        except WebSocketDisconnect:  # gone while a reply was sent
             pass
         finally:
             await episode.close()
