@@ -200,7 +200,8 @@ def task(i: int, mode: str) -> TaskResult:
 @pytest.fixture
 def documented_results(tmp_path, monkeypatch) -> Path:
     """results/demo/{dense,sparse,hybrid} in a fresh working directory, each with a trajectory of q-000000..q-000019
-    (ids as the demo knowledge base writes them, so `--task q-000001` names one)."""
+    (ids as the demo knowledge base writes them, so `--task q-000001` names one); and results/train_tools, a training
+    run's ledger."""
     monkeypatch.chdir(tmp_path)
     for mode in ("dense", "sparse", "hybrid"):
         run = tmp_path / "results" / "demo" / mode
@@ -208,6 +209,14 @@ def documented_results(tmp_path, monkeypatch) -> Path:
         (run / "trajectory.jsonl").write_text("".join(json.dumps(task(i, mode).to_json()) + "\n" for i in range(20)))
         (run / "config.yaml").write_text(f"mode_name: {mode}\n")
         (run / "tool_stats" / "realtime_calls.jsonl").write_text("")
+    # A gateway's --output-dir after a training run: a ledger of a trainer's calls with their steps, no trajectory.
+    train = tmp_path / "results" / "train_tools" / "tool_stats"
+    train.mkdir(parents=True)
+    (train / "realtime_calls.jsonl").write_text("".join(
+        json.dumps({"call_id": f"c{i}", "tool_name": ("query_knowledge_base_dense", "query_knowledge_base_sparse")[i % 2],
+                    "task_id": f"r{i}", "worker_id": None, "ok": True, "outcome": "ok", "error": None,
+                    "duration_ms": 5.0, "timestamp": 1000.0 + 30 * i, "result_ids": ["d1", "d2"], "traffic": "train",
+                    "step": 1 + i // 2}) + "\n" for i in range(6)))
     return tmp_path
 
 

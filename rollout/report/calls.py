@@ -13,8 +13,8 @@ a discarded attempt (a worker died under the task, or the task ended in a failur
 on resume) and is listed apart (`discarded_calls`); a call sent again on a new session after a
 broken stream has one id and is counted once; a call that never reached the gateway (transport
 error) is counted from the client's record. Without a trajectory (a gateway run on its own) every
-ledger record counts, and so does, in any run folder, a query sent to the gateway's `POST /retrieve` (its record
-says `"via": "retrieve"`): a trainer's retrieval, which no trajectory holds.
+ledger record counts, and so does, in any run folder, a trainer's call, which no trajectory holds: a query sent to
+the gateway's `POST /retrieve` (its record says `"via": "retrieve"`) or a tools/call marked `"traffic": "train"`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from rollout.run_folder import (
     read_json,
     trajectory_path,
 )
+from rollout.wire import TRAFFIC_TRAIN
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,13 @@ logger = logging.getLogger(__name__)
 GATEWAY_COLUMNS = (
     "call_id", "tool_name", "task_id", "worker_id", "attempt", "ok", "outcome",
     "error", "duration_ms", "timestamp", "result_ids", "context_tokens", "llm_tokens", "served_by",
+    "via", "traffic", "step",
 )
 """Fields of one `realtime_calls.jsonl` line (`rollout.gateway.stats.CallStat`); `context_tokens` and `llm_tokens`
 (prompt + completion of the tool's own LLM calls) from its `accounting`, NaN when the line has none (a call
-refused before a tool ran, a ledger of an older gateway); and `served_by`: which ledger held it, "gateway" or a
-replica's name (`rollout.run_folder.ledger_source`); None for a call no gateway saw."""
+refused before a tool ran, a ledger of an older gateway); `served_by`: which ledger held it, "gateway" or a
+replica's name (`rollout.run_folder.ledger_source`), None for a call no gateway saw; `via`, `traffic` and `step`
+as the line has them (None/NA when it has not: an evaluation's tools/call)."""
 
 CLIENT_COLUMNS = ("rtt_ms", "client_outcome", "arguments", "result_doc_ids")
 """Fields taken from the trajectory's tool call with the same `call_id` (None/NaN when unmatched)."""
@@ -100,6 +103,13 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
 
 
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _id_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
@@ -126,14 +136,17 @@ def _gateway_frame(ledgers: list[Path]) -> pd.DataFrame:
                 "llm_tokens": math.nan if cost is None else cost.llm_tokens,
                 "served_by": source,
                 "via": _str_or_none(line.get("via")),
+                "traffic": _str_or_none(line.get("traffic")),
+                "step": _int_or_none(line.get("step")),
             }
         )
-    df = pd.DataFrame(rows, columns=[*GATEWAY_COLUMNS, "via"])
+    df = pd.DataFrame(rows, columns=list(GATEWAY_COLUMNS))
     if len(ledgers) > 1:
         # Replicas each keep a ledger; in time order, "the last answer" below means the same as in one file.
         df = df.sort_values("timestamp", kind="stable", ignore_index=True)
     df["ok"] = df["ok"].astype(bool)
-    df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
+    for col in ("attempt", "step"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in ("duration_ms", "timestamp", "context_tokens", "llm_tokens"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     return df
@@ -195,6 +208,9 @@ def _unrecorded(client: pd.DataFrame) -> pd.DataFrame:
         "context_tokens": math.nan,
         "llm_tokens": math.nan,
         "served_by": None,
+        "via": None,
+        "traffic": None,
+        "step": pd.NA,
     }, columns=list(GATEWAY_COLUMNS))
 
 
@@ -218,11 +234,13 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     # without calls, would make this grow with the run rather than with its calls.
     tasks = [{k: t[k] for k in _TASK_KEYS if k in t} for t in iter_jsonl(trajectory_path(run_dir)) if t.get("tool_calls")]
     client = _client_frame(tasks)
-    discarded = gateway.iloc[:0].drop(columns="via")
+    discarded = gateway.iloc[:0]
     if has_trajectory:
-        # A query a trainer sent to POST /retrieve is no trajectory's call, and no discarded attempt's either.
-        kept = gateway["call_id"].isin(client["call_id"]) | gateway["via"].notna()
-        gateway, discarded = gateway[kept], gateway[~kept].drop(columns="via")
+        # A trainer's call (a query sent to POST /retrieve, or a tools/call marked traffic=train) is no trajectory's
+        # call, and no discarded attempt's either.
+        trainers = gateway["via"].notna() | (gateway["traffic"] == TRAFFIC_TRAIN)
+        kept = gateway["call_id"].isin(client["call_id"]) | trainers
+        gateway, discarded = gateway[kept], gateway[~kept]
         missing = client[~client["call_id"].isin(gateway["call_id"])]
         if len(missing):
             gateway = pd.concat([gateway, _unrecorded(missing)], ignore_index=True)
@@ -231,10 +249,11 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     df["task_id"] = df["client_task_id"].where(df["client_task_id"].notna(), df["task_id"])
     for col in ("worker_id", "attempt"):
         df[col] = df[col].where(df[col].notna(), df[f"client_{col}"])
-    df["attempt"] = pd.to_numeric(df["attempt"], errors="coerce").astype("Int64")
+    for col in ("attempt", "step"):  # NA where the ledger had none: a concat of such rows leaves object columns
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     gold = _gold_by_task(tasks)
     df["gold_doc_ids"] = pd.Series([gold.get(t) for t in df["task_id"]], index=df.index, dtype=object)
-    for col in ("arguments", "result_doc_ids", "client_outcome"):
+    for col in ("arguments", "result_doc_ids", "client_outcome", "via", "traffic"):
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     df["mode"] = run_mode(run_dir)
     df["run_dir"] = str(run_dir)

@@ -20,13 +20,24 @@ from rich.table import Table
 from rich.text import Text
 
 from rollout.console import ReadableConsole, percent
-from rollout.errors import NotARunFolderError, RolloutError
+from rollout.errors import NotARunFolderError, ReportError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
 from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
 from rollout.report.judge_command import add_judge_parser
 from rollout.report.rescore import rescore
 from rollout.report.scoring import degraded_lines, print_summary
 from rollout.report.tool_stats import write_tool_report
+from rollout.report.tool_use import (
+    BY_CHOICES,
+    TRAFFIC_CHOICES,
+    ToolUse,
+    Windowing,
+    build_tool_use,
+    output_paths,
+    records,
+    write_tool_use,
+)
+from rollout.report.tool_use_plot import plot_tool_use
 from rollout.run_folder import STATS_DIR
 
 
@@ -110,7 +121,78 @@ def _check_run_folder(path: Path) -> None:
         raise NotARunFolderError(f"{path}: no {STATS_DIR}/ folder here; pass a run folder such as results/<experiment>/<mode>")
 
 
+def _counted_line(s: dict[str, Any]) -> str:
+    """Which calls the report counted, by traffic, and how they are cut into windows."""
+    seen = ", ".join(f"{n} {kind}" for kind, n in s["calls_by_traffic"].items())
+    if s["traffic"] == "all":
+        counted = f"{s['counted_calls']} calls counted, all traffic ({seen})"
+    else:
+        counted = f"{s['counted_calls']} of {s['ledger_calls']} calls counted: {s['traffic']} traffic only ({seen})"
+    retrieve = f" · {s['via_retrieve_calls']} via /retrieve" if s["via_retrieve_calls"] else ""
+    origin = f"from step {s['first_step']}" if s["by"] == "step" else "from the first call"
+    trajectory = "" if s["has_trajectory"] else " · no trajectory.jsonl: the ledger alone"
+    size = Windowing(s["by"], s["window"]).describe()
+    return f"{counted}{retrieve} · {s['windows']} windows of {size} {origin}{trajectory}"
+
+
+def _unplaced_line(s: dict[str, Any]) -> str | None:
+    """One line for the counted calls no window holds; None when every call is in one."""
+    n = s["unplaced_calls"]
+    if not n:
+        return None
+    calls = f"{n} of the {s['counted_calls']} calls"
+    if s["by"] == "step":
+        return (f"{calls} {'carries' if n == 1 else 'carry'} no step, in no window (a trainer sends it with each call: "
+                "step= over MCP, the X-Rollout-Step header on /retrieve); --by time counts them")
+    return f"{calls} {'has' if n == 1 else 'have'} no time (never reached the gateway), in no window"
+
+
+def _print_tool_use(console: Console, use: ToolUse, written: list[Path]) -> None:
+    s = use.summary
+    per_step = s["by"] == "step" and s["window"] == 1
+    key = "step" if per_step else "steps" if s["by"] == "step" else "window"
+    per = "step" if per_step else f"window of {Windowing(s['by'], s['window']).describe()}"
+    console.rule(f"tool use by {s['by']} · {s['run_dir']}")
+    console.print(_counted_line(s), markup=False, highlight=False, soft_wrap=True)
+    if line := _unplaced_line(s):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    stats = ("depth", "p50 ms", "p95 ms", "errors")
+
+    def stat_cells(r: dict[str, Any]) -> list[str]:
+        return [_fmt(r["mean_returned"], 2), _fmt(r["p50_ms"]), _fmt(r["p95_ms"]), percent(r["error_share"])]
+
+    shares = _table(f"tool share per {per}", (key, "calls", *use.tool_names, *stats))
+    for r in records(use.windows):
+        shares.add_row(r["window"], str(r["calls"]), *(percent(r[f"share_{t}"]) for t in use.tool_names),
+                       *stat_cells(r))
+    console.print(shares)
+    detail = _table(f"per tool and {'step' if per_step else 'window'}", (key, "tool", "calls", "share", *stats))
+    detail.columns[1].justify = "left"
+    rows = records(use.tools)
+    for i, r in enumerate(rows):
+        last_of_window = i + 1 == len(rows) or rows[i + 1]["window"] != r["window"]
+        detail.add_row(Text(r["window"]), Text(r["tool_name"]), str(r["calls"]), percent(r["share"]), *stat_cells(r),
+                       end_section=last_of_window)
+    console.print(detail)
+    for path in written:
+        console.print(f"Wrote: {path}", markup=False, highlight=False)
+
+
+def run_tool_use(args: argparse.Namespace, console: Console) -> int:
+    """`tool-stats --by step|time`: every folder is read and checked before anything is written."""
+    traffic = args.traffic or "all"
+    uses = [(Path(p), build_tool_use(p, args.by, args.window, traffic)) for p in args.paths]
+    for path, use in uses:
+        written = [*write_tool_use(path, use), plot_tool_use(use, output_paths(path, use.summary["by"])["plot"])]
+        _print_tool_use(console, use, written)
+    return 0
+
+
 def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
+    if args.by:
+        return run_tool_use(args, console)
+    if args.window is not None or args.traffic is not None:
+        raise ReportError("--window and --traffic go with --by step or --by time (e.g. --by step --traffic train)")
     paths = [Path(p) for p in args.paths]
     for path in paths:
         _check_run_folder(path)
@@ -164,9 +246,22 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     tool_stats = commands.add_parser(
         "tool-stats",
-        help="per-tool, per-worker, per-mode call statistics and retrieval hit@k; rewrites tool_stats/report.json and CSVs",
+        help="per-tool, per-worker, per-mode call statistics and retrieval hit@k; rewrites tool_stats/report.json and "
+             "CSVs (with --by step|time: tool use per trainer step or time window instead)",
     )
-    tool_stats.add_argument("paths", nargs="+", metavar="PATH", help="run folder(s) holding tool_stats/")
+    tool_stats.add_argument("paths", nargs="+", metavar="PATH",
+                            help="run folder(s) holding tool_stats/; with --by, also a gateway's --output-dir")
+    tool_stats.add_argument(
+        "--by", choices=BY_CHOICES,
+        help="tool use over a training run instead: per trainer step or per window of time, each tool's calls, share, "
+             "result depth, latency and errors; writes tool_stats/by_<step|time>.json, CSVs and PNG",
+    )
+    tool_stats.add_argument(
+        "--window", metavar="SIZE",
+        help="with --by step: steps per window (default 1); with --by time: seconds, or 30s, 5m, 1h (default 60s)",
+    )
+    tool_stats.add_argument("--traffic", choices=TRAFFIC_CHOICES,
+                            help="with --by: count a trainer's calls (train), an evaluation's (eval) or all (default)")
     tool_stats.set_defaults(run=run_tool_stats)
     compare = commands.add_parser(
         "compare",

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rollout.report import build_tool_report, write_tool_report
-from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, accounted, make_run
+from rollout.report import build_tool_report, load_calls, write_tool_report
+from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, accounted, gw, make_run
 
 QS = (50, 95, 99)
 
@@ -218,3 +218,15 @@ def test_a_ledger_without_accounting_reports_no_token_figures(run):
     s = build_tool_report(run)["summary"]
     assert (s["accounted_calls"], s["context_tokens_mean"], s["context_tokens_p50"], s["llm_tokens_mean"]) == (
         0, None, None, None)
+
+
+def test_a_trainers_calls_in_a_run_folder_are_counted_not_discarded(tmp_path):
+    """A ledger line no trajectory call made is a discarded attempt's, unless a trainer sent it (traffic=train)."""
+    trainer = {**gw("x1", DENSE, "s1", None, 3.0, 20.0, ids=["d1"]), "traffic": "train", "step": 5}
+    thrown_away = gw("x2", DENSE, "t1", "w0", 3.0, 21.0, ids=["d1"])
+    run = make_run(tmp_path, "run_a", [*GATEWAY_CALLS, trainer, thrown_away], TASKS, mode="hybrid")
+    summary = build_tool_report(run)["summary"]
+    assert (summary["total_calls"], summary["discarded_calls"]) == (10, 1)
+    calls = load_calls(run).set_index("call_id")
+    assert (calls.loc["x1", "traffic"], calls.loc["x1", "step"]) == ("train", 5)
+    assert calls.loc["c1", "traffic"] is None and calls["step"].isna().sum() == 9
