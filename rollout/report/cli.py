@@ -22,12 +22,7 @@ from rich.text import Text
 from rollout.console import ReadableConsole, percent
 from rollout.errors import NotARunFolderError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
-from rollout.report.compare_render import (
-    TEXT_COLUMNS,
-    comparison_tables,
-    pair_sentence,
-    write_comparison,
-)
+from rollout.report.compare_render import TEXT_COLUMNS, comparison_tables, pair_sentence, write_comparison
 from rollout.report.judge_command import add_judge_parser
 from rollout.report.rescore import rescore
 from rollout.report.scoring import degraded_lines, print_summary

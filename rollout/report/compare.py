@@ -27,6 +27,9 @@ Definitions
   both runs have them; one that only one run has is listed as missing on the other side.
 - calibration error is each run's own (`rollout.report.calibration`), over its scored answers that state a
   confidence; it is not paired.
+- A run's question set is named from its config.yaml and known by the hash in its fingerprint.json
+  (`rollout.report.question_set`): runs of different sets are refused unless `allow_different_questions`; a run's
+  `questions` are the distinct question ids it asked.
 - A flip is a question right in one run and wrong in the other, "right" meaning a repeat-averaged
   EM above 0.5 (right in most of its repeats; with one repeat, simply right).
 """
@@ -390,7 +393,8 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False,
     n = len(seen)
     row = RunRow(
         label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n, scored=len(metrics["exact_match"]),
-        repeats=repeats, questions=len({qid for qid, _ in seen}), question_set=question_set, **{key: _mean(metrics[key]) for key in METRICS},
+        repeats=repeats, questions=len({qid for qid, _ in seen}), question_set=question_set,
+        **{key: _mean(metrics[key]) for key in METRICS},
         extra={key: _mean(metrics[key]) for key in extra.metrics}, calibration=calibration.summary(),
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),

@@ -79,12 +79,17 @@ class QuestionSets:
 
 
 def question_sets(runs: Sequence[Run]) -> QuestionSets:
+    """The runs' question sets, read from their folders each time (small files); the questions asked per run."""
     sets = [run_question_set(run.folder) for run in runs]
     shared = shared_question_set(sets)
     if shared is not None:
-        asked = [run.index.memo("questions", lambda run=run: len(set(run.index.columns["id"]))) for run in runs]
-        return QuestionSets(question_set_line(shared, asked), [])
+        return QuestionSets(question_set_line(shared, [questions_asked(run) for run in runs]), [])
     return QuestionSets(None, sets if any(sets) else [])
+
+
+def questions_asked(run: Run) -> int:
+    """Distinct question ids in the run's trajectory, counted again once it grew."""
+    return run.index.memo("questions", lambda: len(set(run.index.columns["id"])))
 
 
 SUMMARY_METRICS = {"EM": "em", "F1": "f1", "retrieval recall": "recall"}
