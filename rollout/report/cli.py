@@ -22,7 +22,7 @@ from rich.text import Text
 from rollout.console import ReadableConsole, percent
 from rollout.errors import NotARunFolderError, ReportError, RolloutError
 from rollout.report.compare import common_parent, compare_runs, find_runs
-from rollout.report.compare_render import comparison_tables, pair_sentence, write_comparison
+from rollout.report.compare_render import TEXT_COLUMNS, comparison_tables, pair_sentence, write_comparison
 from rollout.report.judge_command import add_judge_parser
 from rollout.report.rescore import rescore
 from rollout.report.scoring import degraded_lines, print_summary
@@ -57,7 +57,7 @@ def _failures(row: dict[str, Any]) -> str:
 def _table(title: str, columns: Sequence[str]) -> Table:
     table = Table(title=title, title_justify="left")
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+        table.add_column(col, justify="left" if i == 0 or col in TEXT_COLUMNS else "right", overflow="fold")
     return table
 
 
@@ -214,6 +214,8 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     runs = find_runs(args.paths)
     comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed, score_failed=args.score_failed,
                               allow_different_questions=args.allow_different_questions)
+    if (line := comparison.question_set_line) is not None:
+        console.print(line, markup=False, highlight=False)
     for title, headers, rows in comparison_tables(comparison):
         table = _table(title, headers)
         for row in rows:

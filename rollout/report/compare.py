@@ -27,6 +27,9 @@ Definitions
   both runs have them; one that only one run has is listed as missing on the other side.
 - calibration error is each run's own (`rollout.report.calibration`), over its scored answers that state a
   confidence; it is not paired.
+- A run's question set is named from its config.yaml and known by the hash in its fingerprint.json
+  (`rollout.report.question_set`): runs of different sets are refused unless `allow_different_questions`; a run's
+  `questions` are the distinct question ids it asked.
 - A flip is a question right in one run and wrong in the other, "right" meaning a repeat-averaged
   EM above 0.5 (right in most of its repeats; with one repeat, simply right).
 """
@@ -47,8 +50,15 @@ from rollout.report.calibration import CalibrationTally, correctness_metric, tas
 from rollout.report.calls import run_labels, run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
+from rollout.report.question_set import (
+    RunQuestionSet,
+    check_one_question_set,
+    question_set_line,
+    run_question_set,
+    shared_question_set,
+)
 from rollout.report.scoring import METRICS, score_task
-from rollout.run_folder import FINGERPRINT_FILE, TRAJECTORY_FILE, is_run_folder, iter_trajectory, read_config, read_json
+from rollout.run_folder import TRAJECTORY_FILE, is_run_folder, iter_trajectory
 from rollout.summary import Calibration, RunAccounting
 
 logger = logging.getLogger(__name__)
@@ -78,6 +88,8 @@ class RunRow:
     """Records that entered the metrics."""
     repeats: int
     """Repeats of the run (highest `repeat` + 1)."""
+    questions: int
+    """Distinct question ids in trajectory.jsonl: the questions of its set the run asked."""
     exact_match: float | None
     """Mean EM over scored records (None without any)."""
     f1: float | None
@@ -113,6 +125,8 @@ class RunRow:
     """Mean of each extra metric the run has (its scores files), in their order."""
     calibration: Calibration | None = None
     """Calibration of the run's scored answers that state a confidence (None when none does)."""
+    question_set: RunQuestionSet | None = None
+    """The question set the run asked (None when its folder does not say)."""
 
     def metric(self, name: str) -> float | None:
         """The run's mean of a built-in or extra metric (None when it has no value, or no such metric)."""
@@ -252,6 +266,24 @@ class Comparison:
         """Every tool name any run called, sorted."""
         return sorted({t for r in self.rows for t in r.calls_per_task})
 
+    @property
+    def question_set(self) -> RunQuestionSet | None:
+        """The one question set every run asked; None when they differ (`--allow-different-questions`) or a run
+        does not say which it asked."""
+        return shared_question_set([r.question_set for r in self.rows])
+
+    @property
+    def question_set_line(self) -> str | None:
+        """`question set: NAME (N questions, hash abc12345)` when every run asked one set (else each run's set is a
+        column of the per-mode table); None when the runs do not say."""
+        shared = self.question_set
+        return None if shared is None else question_set_line(shared, [r.questions for r in self.rows])
+
+    @property
+    def question_sets_differ(self) -> bool:
+        """Whether the runs name question sets that are not all one (each run's is then shown beside it)."""
+        return self.question_set is None and any(r.question_set is not None for r in self.rows)
+
     def row(self, label: str) -> RunRow:
         return next(r for r in self.rows if r.label == label)
 
@@ -317,7 +349,8 @@ def _question_means(values: dict[str, list[float]]) -> dict[str, float | None]:
     return {m: float(np.mean(v)) if v else None for m, v in values.items()}
 
 
-def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _ScoredRun:
+def _score_run(run_dir: Path, label: str, *, score_failed: bool = False,
+               question_set: RunQuestionSet | None = None) -> _ScoredRun:
     seen: set[tuple[str, int]] = set()
     per_question: dict[str, dict[str, list[float]]] = {}
     extra = read_scores(run_dir)
@@ -360,7 +393,8 @@ def _score_run(run_dir: Path, label: str, *, score_failed: bool = False) -> _Sco
     n = len(seen)
     row = RunRow(
         label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n, scored=len(metrics["exact_match"]),
-        repeats=repeats, **{key: _mean(metrics[key]) for key in METRICS},
+        repeats=repeats, questions=len({qid for qid, _ in seen}), question_set=question_set,
+        **{key: _mean(metrics[key]) for key in METRICS},
         extra={key: _mean(metrics[key]) for key in extra.metrics}, calibration=calibration.summary(),
         calls_per_task={t: round(c / n, 3) for t, c in sorted(calls.items())} if n else {},
         latency_p50_ms=_quantile(latencies, 0.5), latency_p95_ms=_quantile(latencies, 0.95),
@@ -444,44 +478,18 @@ def pair(run: _ScoredRun, base: _ScoredRun, *, resamples: int, seed: int) -> Pai
     )
 
 
-def _pick_baseline(rows: list[RunRow], baseline: str | None) -> int:
+def _pick_baseline(labels: list[str], modes: list[str], baseline: str | None) -> int:
     if baseline is None:
         return 0
-    for i, row in enumerate(rows):
-        if row.label == baseline:
-            return i
-    matches = [i for i, row in enumerate(rows) if row.mode == baseline]
+    if baseline in labels:
+        return labels.index(baseline)
+    matches = [i for i, mode in enumerate(modes) if mode == baseline]
     if len(matches) == 1:
         return matches[0]
-    labels = ", ".join(r.label for r in rows)
+    names = ", ".join(labels)
     if matches:
-        raise ReportError(f"--baseline {baseline}: several runs have this mode; pass one of: {labels}")
-    raise ReportError(f"--baseline {baseline}: no run has this mode; the runs are: {labels}")
-
-
-def question_set(run: Path) -> tuple[str, str] | None:
-    """The question set a run used: its `dataset.name` and the question set's content hash (fingerprint.json); None
-    for a folder that does not say (written before fingerprints were)."""
-    digest = ((read_json(run / FINGERPRINT_FILE) or {}).get("dataset") or {}).get("questions")
-    if not digest:
-        return None
-    return str(((read_config(run) or {}).get("dataset") or {}).get("name") or "questions"), str(digest)
-
-
-def check_one_question_set(runs: Sequence[Path], baseline: int, *, allow_different: bool = False) -> None:
-    """A `ReportError` naming both sets when a run asked other questions than the baseline; paired by question
-    id, two question sets would compare unrelated questions that share an id."""
-    if allow_different or (base := question_set(runs[baseline])) is None:
-        return
-    for run in runs:
-        other = question_set(run)
-        if other is not None and other[1] != base[1]:
-            raise ReportError(f"{run} ran question set {_named(other)} and {runs[baseline]} ran {_named(base)}: "
-                              "compare runs of one question set, or pass --allow-different-questions")
-
-
-def _named(question_set: tuple[str, str]) -> str:
-    return f"{question_set[0]} ({question_set[1][:8]})"
+        raise ReportError(f"--baseline {baseline}: several runs have this mode; pass one of: {names}")
+    raise ReportError(f"--baseline {baseline}: no run has this mode; the runs are: {names}")
 
 
 def compare_runs(
@@ -495,10 +503,11 @@ def compare_runs(
     baseline's are a `ReportError` unless `allow_different_questions`."""
     runs = find_runs(paths)
     labels = distinct_labels(runs)
-    scored = [_score_run(run, label, score_failed=score_failed) for run, label in zip(runs, labels, strict=True)]
+    b = _pick_baseline(labels, [run_mode(run) for run in runs], baseline)
+    check_one_question_set(runs, b, allow_different=allow_different_questions)  # before reading every trajectory
+    scored = [_score_run(run, label, score_failed=score_failed, question_set=run_question_set(run))
+              for run, label in zip(runs, labels, strict=True)]
     rows = [s.row for s in scored]
-    b = _pick_baseline(rows, baseline)
-    check_one_question_set(runs, b, allow_different=allow_different_questions)
     pairs = [pair(s, scored[b], resamples=resamples, seed=seed) for i, s in enumerate(scored) if i != b]
     return Comparison(rows=rows, baseline=rows[b].label, pairs=pairs, seed=seed, resamples=resamples,
                       score_failed=score_failed)

@@ -69,6 +69,8 @@ def pair_sentence(p: PairedComparison) -> str:
 
 Table = tuple[str, list[str], list[list[str]]]
 """(title, column headers, rows of cells): one shape for markdown and the terminal alike."""
+TEXT_COLUMNS = frozenset({"question set"})
+"""Columns of text, aligned left like the first one; the others hold numbers, aligned right."""
 
 
 def _cost_columns(c: Comparison) -> dict[str, Callable[[RunRow], str]]:
@@ -94,12 +96,14 @@ def comparison_tables(c: Comparison) -> list[Table]:
     costs = _cost_columns(c)
     names = c.metrics
     calibration = ["calibration error"] if c.with_calibration else []
+    sets = ["question set"] if c.question_sets_differ else []  # one set: a line above the tables says which
     metrics = (
         "per mode",
-        ["mode", "tasks", "scored", *map(metric_label, names), *calibration, "calls/task", "tool p50 ms",
+        ["mode", *sets, "tasks", "scored", *map(metric_label, names), *calibration, "calls/task", "tool p50 ms",
          "tool p95 ms", "errors", "timeouts", "infra", "truncated", "out of turns", "out of ctx", "tokens/task",
          *costs],
-        [[r.label, str(r.tasks), str(r.scored), *(_num(r.metric(m)) if r.has(m) else "missing" for m in names),
+        [[r.label, *([str(r.question_set or "-")] if sets else []), str(r.tasks), str(r.scored),
+          *(_num(r.metric(m)) if r.has(m) else "missing" for m in names),
           *([_calibration_cell(r)] if calibration else []), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
           _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), str(r.truncated),
           str(r.out_of_turns), str(r.out_of_context), _num(r.tokens_per_task, 1),
@@ -145,7 +149,8 @@ def _md_cell(text: str) -> str:
 def _md_table(headers: list[str], rows: list[list[str]], *, numbers: bool = True) -> str:
     """A markdown table; with `numbers`, every column after the first is right-aligned."""
     lines = ["| " + " | ".join(map(_md_cell, headers)) + " |",
-             "|" + "|".join(["---", *["---:" if numbers else "---"] * (len(headers) - 1)]) + "|"]
+             "|" + "|".join(["---", *("---:" if numbers and h not in TEXT_COLUMNS else "---" for h in headers[1:])])
+             + "|"]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -154,6 +159,8 @@ def render_markdown(c: Comparison, *, plot: str | None = None, costs_plot: str |
     """comparison.md: a sentence per pair, the tables, the figures `plot` and `costs_plot` (relative paths)
     when given, and the run folders."""
     parts = [f"# Comparison of {len(c.rows)} runs", ""]
+    if (line := c.question_set_line) is not None:
+        parts += [f"{line[0].upper()}{line[1:]}.", ""]
     if c.pairs:
         parts += [
             f"Baseline: **{c.baseline}**. Differences are paired on the question ids both runs scored, "
@@ -178,6 +185,7 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
     return {
         "baseline": c.baseline, "ci_level": CI_LEVEL, "resamples": c.resamples, "seed": c.seed,
         "score_failed": c.score_failed,
+        "question_set": None if c.question_set is None else asdict(c.question_set),
         "runs": [{**asdict(r), "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task,
                   "accounting": None if r.accounting is None else r.accounting.to_json(), **_costs(c, r)}
                  for r in c.rows],
@@ -195,7 +203,8 @@ def _costs(c: Comparison, r: RunRow) -> dict[str, float | None]:
 def _write_csv(c: Comparison, path: Path) -> None:
     """The per-mode table, one row per run, tool calls per task in a column per tool, then the accounting."""
     extra = [m for m in c.metrics if m not in METRICS]
-    fields = ["label", "mode", "run_dir", "tasks", "scored", "repeats", *METRICS, *extra, "calibration_error",
+    fields = ["label", "mode", "run_dir", "question_set", "question_set_sha256", "tasks", "scored", "repeats",
+              "questions", *METRICS, *extra, "calibration_error",
               *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
               "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "out_of_turns",
               "out_of_context", "tokens_per_task",
@@ -208,6 +217,8 @@ def _write_csv(c: Comparison, path: Path) -> None:
                    if k not in ("calls_per_task", "accounting", "extra", "calibration")}
             row |= {m: r.extra.get(m) for m in extra}
             row["calibration_error"] = None if r.calibration is None else r.calibration.error
+            row["question_set"] = None if r.question_set is None else r.question_set.name
+            row["question_set_sha256"] = None if r.question_set is None else r.question_set.sha256
             row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools} | _costs(c, r)
             writer.writerow({**row, "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task})
 

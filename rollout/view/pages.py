@@ -25,6 +25,7 @@ from typing import Any
 from rollout.errors import ReportError
 from rollout.report.compare import Comparison, compare_runs, distinct_labels
 from rollout.report.extra_scores import ExtraScores, read_scores, scores_dir
+from rollout.report.question_set import RunQuestionSet, question_set_line, run_question_set, shared_question_set
 from rollout.report.scoring import STATUSES, metric_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
 from rollout.summary import Calibration
@@ -65,6 +66,30 @@ def open_runs(folders: Sequence[Path]) -> list[Run]:
     labels = distinct_labels(list(folders))
     return [Run(number=n, label=label, folder=folder, index=TrajectoryIndex.load(trajectory_path(folder)))
             for n, (folder, label) in enumerate(zip(folders, labels, strict=True))]
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionSets:
+    """What the front page says of the runs' question sets, as `report compare` says it."""
+
+    line: str | None
+    """`question set: NAME (N questions, hash abc12345)` when every run asked one set."""
+    per_run: list[RunQuestionSet | None]
+    """Each run's set when they differ, shown beside each run (empty when they do not, or no run says)."""
+
+
+def question_sets(runs: Sequence[Run]) -> QuestionSets:
+    """The runs' question sets, read from their folders each time (small files); the questions asked per run."""
+    sets = [run_question_set(run.folder) for run in runs]
+    shared = shared_question_set(sets)
+    if shared is not None:
+        return QuestionSets(question_set_line(shared, [questions_asked(run) for run in runs]), [])
+    return QuestionSets(None, sets if any(sets) else [])
+
+
+def questions_asked(run: Run) -> int:
+    """Distinct question ids in the run's trajectory, counted again once it grew."""
+    return run.index.memo("questions", lambda: len(set(run.index.columns["id"])))
 
 
 SUMMARY_METRICS = {"EM": "em", "F1": "f1", "retrieval recall": "recall"}
@@ -317,8 +342,9 @@ def grid(a: TrajectoryIndex, b: TrajectoryIndex) -> Grid:
 
 
 def comparison(runs: Sequence[Run]) -> Comparison:
-    """`report compare` of the runs, the first as baseline."""
-    return compare_runs([r.folder for r in runs])
+    """`report compare` of the runs, the first as baseline; runs of different question sets too (`report compare
+    --allow-different-questions`): the page names each run's set beside it and says that they differ."""
+    return compare_runs([r.folder for r in runs], allow_different_questions=True)
 
 
 def comparison_plots(c: Comparison) -> list[str]:

@@ -40,6 +40,7 @@ from rollout.view.pages import (
     comparison_plots,
     fmt,
     grid,
+    question_sets,
     run_summary,
     scores,
     tool_names,
@@ -148,7 +149,7 @@ class Viewer:
         """The runs, each with its main scores: the built-in metrics the run page's summary shows first."""
         summaries = [run_summary(run) for run in self.runs]
         return self.render("home.html.j2", page_id=page_id, route=route, root=self.root, summaries=summaries,
-                           metric_names=list(SUMMARY_METRICS))
+                           metric_names=list(SUMMARY_METRICS), sets=question_sets(self.runs))
 
     def run_section(self, run: Run, query: TableQuery, *, page_id: str = "run", route: str = "", all_rows: bool = False) -> str:
         """The run page; `all_rows` renders every task (the static file filters and pages in the browser)."""

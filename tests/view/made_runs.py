@@ -83,6 +83,16 @@ def write_run(folder: Path, tasks: list[TaskResult], *, mode: str = "hybrid", re
     return folder
 
 
+def ask_question_set(folder: Path, questions: str, digest: str) -> Path:
+    """Record in a made run's config.yaml and fingerprint.json, as a run of `dataset=files` records them, that it
+    asked the questions of /data/`questions`.jsonl, whose content hashes to `digest`."""
+    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    config["dataset"] = {"name": questions, "kind": "files", "questions": {"path": f"/data/{questions}.jsonl"}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (folder / "fingerprint.json").write_text(json.dumps({"dataset": {"questions": digest}}), encoding="utf-8")
+    return folder
+
+
 def two_runs(root: Path) -> tuple[Path, Path]:
     """A sweep's folder with dense and hybrid runs of six questions: q1, q2 right in both; q3 right only in
     hybrid; q4 right only in dense; q5 wrong in both; q6 failed in dense (so not paired)."""

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from rollout.report.rescore import rescore
 from rollout.view.pages import open_runs
 from rollout.view.web import Viewer, create_app
-from tests.view.made_runs import DENSE, HOSTILE, SPARSE, task, two_runs, write_run
+from tests.view.made_runs import DENSE, HOSTILE, SPARSE, ask_question_set, task, two_runs, write_run
 
 
 def client(*folders: Path, token: str | None = None) -> TestClient:
@@ -220,3 +220,25 @@ def test_the_front_page_of_a_sweep_shows_each_runs_scores(sweep: tuple[Path, Pat
     assert cells["dense"] == ["6", "5", "0.600", "0.600", "1.000"]
     assert cells["hybrid"] == ["6", "6", "0.667", "0.667", "1.000"]
     assert "<th>EM</th>" in page.replace(' class="n"', "")
+
+
+def test_the_front_and_compare_pages_say_which_question_set_each_run_asked(tmp_path: Path) -> None:
+    dense, hybrid = two_runs(tmp_path / "one")
+    for run in (dense, hybrid):
+        ask_question_set(run, "qa", "a" * 64)
+    c = client(dense, hybrid)
+    for url in ("/", "/compare?a=0&b=1"):
+        page = c.get(url).text
+        assert "question set: qa (6 questions, hash aaaaaaaa)" in page  # one set: said once
+        assert "<th>question set</th>" not in page
+
+    dense, hybrid = two_runs(tmp_path / "two")
+    ask_question_set(dense, "qa", "a" * 64)
+    ask_question_set(hybrid, "dev", "b" * 64)
+    c = client(dense, hybrid)
+    for url in ("/", "/compare?a=0&b=1"):
+        page = c.get(url).text
+        assert "question set: " not in page
+        assert "<th>question set</th>" in page
+        assert re.findall(r'<td class="question-set">([^<]*)</td>', page) == ["qa (aaaaaaaa)", "dev (bbbbbbbb)"]
+    assert "These runs asked different question sets" in c.get("/compare?a=0&b=1").text
