@@ -29,7 +29,7 @@ from rollout.records import Passage, Question
 from rollout.retrieval import BM25Retriever
 from rollout.trainers.experiment import TrainingExperiment
 from rollout.trainers.openenv.__main__ import main
-from rollout.trainers.openenv.app import create_app
+from rollout.trainers.openenv.routes import create_app
 from rollout.trainers.openenv.episode import ServedExperiment
 from rollout.trainers.tool_session import GatewayTarget
 from rollout.wire import TOKEN_ENV

@@ -28,7 +28,7 @@ from rollout.agents.tag_protocol import Tag, TagProtocol
 from rollout.errors import ConfigError, EpisodeError, GatewayError
 from rollout.records import Question
 from rollout.trainers.experiment import TrainingExperiment
-from rollout.trainers.openenv.wire import (
+from rollout.trainers.openenv.messages import (
     ANSWER_SPEC,
     ANSWER_TOOL,
     CallToolAction,

@@ -39,7 +39,7 @@ from rollout.errors import EpisodeError
 from rollout.gateway.auth import BearerTokenAuth
 from rollout.gateway.http_app import loopback_security
 from rollout.trainers.openenv.episode import Episode, ServedExperiment
-from rollout.trainers.openenv.wire import (
+from rollout.trainers.openenv.messages import (
     EnvironmentMetadata,
     ListToolsAction,
     parse_action,
