@@ -160,13 +160,18 @@ class HttpMCPEnv:
         """End the session; prompt even while reconnecting."""
         await self._session.close()
 
+    def offered(self, listed: Iterable[Tool]) -> tuple[list[Tool], list[dict[str, Any]]]:
+        """The tools of a gateway's tools/list that this environment offers (those of its gateway file's groups), and
+        their function specs as an agent is shown them."""
+        allowed = set(self.allowed_groups)
+        tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
+        return tools, [mcp_tool_to_function(t) for t in tools]
+
     async def _list_tools(self, client: Client, reopened: bool) -> None:
         """The session's `on_open` hook: adopt the listed tools, or refuse a session offering other ones."""
         listed = (await client.list_tools()).tools
         trust_tool_results(client)
-        allowed = set(self.allowed_groups)
-        tools = [t for t in listed if (t.meta or {}).get(META_GROUP) in allowed]
-        specs = [mcp_tool_to_function(t) for t in tools]
+        tools, specs = self.offered(listed)
         if not reopened:
             self.tools, self.tool_specs = tools, specs
             logger.debug("%s offers %s", self.worker_id, [t.name for t in self.tools])

@@ -10,6 +10,9 @@ at /healthz. With a token (`$ROLLOUT_GATEWAY_TOKEN`
 or `--auth-token`) every route requires `Authorization: Bearer TOKEN`. Tool-call stats are recorded
 only with `--output-dir DIR` (DIR/tool_stats, with its report.json written when the gateway stops):
 nothing is written into the working directory unless asked.
+
+`--verl-tools FILE.yaml` writes verl's tool config for the gateway these options describe and exits without
+serving (`rollout.trainers.verl_config`; docs/trainers.md, section verl).
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from rollout.gateway.steps import StepSettings
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import add_verbosity_options, configure_logging, verbosity
 from rollout.paths import CONF_DIR, default_cache_dir
-from rollout.retrieval import load_or_build_indexes
+from rollout.records import Passage
+from rollout.retrieval import Retriever, load_or_build_indexes
 from rollout.retrieval.params import RetrievalParams
-from rollout.retrieval.token_count import load_token_counter
+from rollout.retrieval.token_count import TokenCounter, load_token_counter
 from rollout.run_folder import CALLS_FILE, STATS_DIR
 from rollout.wire import MAX_DOCS_PER_CALL, TOKEN_ENV, is_loopback, resolve_token
 
@@ -102,6 +106,10 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--tool-timeout-s", type=float, default=None,
                    help="answer a tool call still running after this many seconds with an error (outcome timeout)")
     p.add_argument("--ready-file", type=Path, help="write the MCP URL here once the port is bound")
+    p.add_argument("--verl-tools", type=Path, metavar="FILE.yaml",
+                   help="write verl's tool config for this gateway (one GatewayTool per offered tool, with its "
+                        "schema and the URL --host, --port and --transport give) to FILE.yaml and exit without "
+                        "serving; no corpus or index is loaded")
     add_verbosity_options(p)
     return p
 
@@ -134,9 +142,15 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str],
     # run's timeline as the rest of the time to "gateway ready".
     logger.info("Knowledge base ready in %.1f s: corpus %.1f s, indexes %.1f s, first query %.1f s",
                 warmed - started, read - started, loaded - read, warmed - loaded)
-    return KnowledgeBase(passages, retrievers, default_top_k=args.default_top_k, max_top_k=args.max_top_k,
-                         default_max_docs=args.default_max_docs, tokenizer=load_token_counter(args.tokenizer),
-                         steps=step_settings(args))
+    return knowledge_base(args, passages, retrievers, tokenizer=load_token_counter(args.tokenizer))
+
+
+def knowledge_base(args: argparse.Namespace, passages: list[Passage] | None = None,
+                   retrievers: dict[str, Retriever] | None = None, tokenizer: TokenCounter | None = None
+                   ) -> KnowledgeBase:
+    """A knowledge base with the defaults and limits the options set (the tools' input schemas state them)."""
+    return KnowledgeBase(passages or [], retrievers or {}, default_top_k=args.default_top_k, max_top_k=args.max_top_k,
+                         default_max_docs=args.default_max_docs, tokenizer=tokenizer, steps=step_settings(args))
 
 
 def step_settings(args: argparse.Namespace) -> StepSettings:
@@ -205,6 +219,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     if (problem := option_error(args)) is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    if args.verl_tools is not None:
+        return write_verl_tools(args)
     try:
         gateway = load_gateway_file(args.config)
         plan = plan_gateway(gateway)
@@ -237,6 +253,25 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
             collector.close()
             if args.report:
                 write_report(args.output_dir)
+    return 0
+
+
+def write_verl_tools(args: argparse.Namespace) -> int:
+    """`--verl-tools FILE`: verl's tool config for the gateway these options serve (`rollout.trainers.verl_config`),
+    written without serving; a bad gateway file or option prints one line and returns 2."""
+    from rollout.trainers.verl_config import write_verl_tool_config  # the trainer side: only when asked
+
+    if args.port == 0:
+        print("error: --verl-tools writes the URL a trainer calls: give the --port the gateway will serve on "
+              "(0 picks one only when it starts)", file=sys.stderr)
+        return 2
+    url = f"http://{args.host}:{args.port}{MCP_PATHS[args.transport]}"
+    try:
+        names = write_verl_tool_config(args.verl_tools, Path(args.config), url, knowledge_base(args))
+    except (RolloutError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(names)} verl tools ({', '.join(names)}) for the gateway at {url} to {args.verl_tools}")
     return 0
 
 

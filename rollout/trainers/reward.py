@@ -9,6 +9,9 @@ verl's reward signature and reads the `ground_truth` that `rollout export --form
 rewards exactly what `evaluation_summary.json` scores. The answer is the content of the last answer tag of the
 policy's text (`<answer> … </answer>` unless the caller names other tags); a text without one scores 0, as it does
 in Search-R1's reward.
+
+`compute_judge_score` is the same with an LLM judge's verdict in place of the metric: the grader presets and
+endpoint settings of `rollout report judge` (`reward_kwargs.judge`), asynchronous, as verl awaits a coroutine reward.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rollout.errors import ConfigError
+from rollout.errors import ConfigError, LLMError
 from rollout.report.metrics import contains_answer, exact_match, f1_score
 
 METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {
@@ -81,3 +84,52 @@ def compute_score(
     verl's other keyword arguments are not read."""
     answer = last_answer(solution_str, answer_open, answer_close)
     return 0.0 if answer is None else score(answer, golden_answers(ground_truth), metric)
+
+
+JUDGE_SETTING_NAMES = {"model": "reward_kwargs.judge.model=NAME", "base_url": "reward_kwargs.judge.base_url=URL",
+                       "preset": "reward_kwargs.judge.preset", "concurrency": "reward_kwargs.judge.concurrency=N"}
+"""How the judge's settings are named in verl's `custom_reward_function` (for the errors that name one)."""
+
+
+async def compute_judge_score(
+    data_source: str | None,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    *,
+    judge: Mapping[str, Any] | None = None,
+    answer_open: str = ANSWER_OPEN,
+    answer_close: str = ANSWER_CLOSE,
+    **_: Any,
+) -> float:
+    """verl's reward signature, awaited: 1.0 when an LLM judge grades the last answer in `solution_str` correct, else
+    0.0 (wrong, not attempted, a reply its preset cannot read, or no answer tag, which is not asked about).
+
+    `judge` is a judge block as a run's `judge:` config holds it (`model`, `base_url`, `preset` (default simpleqa),
+    `api_key_env`, `sampling`, ...), from `reward_kwargs.judge`; the question is the row's `extra_info.question`,
+    which `rollout export --format verl-rl` writes. A judge that cannot be asked is a `JudgeError` naming the fix:
+    a reward the judge never gave would train on nothing."""
+    # The judge's modules (openai's client) are imported by the judge's reward only.
+    from rollout.agents.llm_client import ChatClient, RetryPolicy
+    from rollout.report.judge import JudgeError, JudgeSettings, gold_target
+    from rollout.report.judge_presets import JUDGE_CORRECT
+
+    settings = JudgeSettings.from_config(judge, JUDGE_SETTING_NAMES)
+    answer = last_answer(solution_str, answer_open, answer_close)
+    if answer is None:
+        return 0.0
+    question = (extra_info or {}).get("question")
+    if not isinstance(question, str) or not question:
+        raise ConfigError("the judge's reward needs the question in the row's extra_info.question: rows written by "
+                          "`rollout export --questions ... --format verl-rl` carry it")
+    messages = settings.preset.messages(question, gold_target(golden_answers(ground_truth)), answer)
+    client = ChatClient(settings.llm, RetryPolicy(settings.llm.max_retries))
+    try:
+        completion = await client.complete(messages)
+    except LLMError as e:
+        raise JudgeError(f"the reward's judge (model {settings.llm.model}) cannot be asked: {e}; in verl, the "
+                         f"judge is {JUDGE_SETTING_NAMES['base_url']} and {JUDGE_SETTING_NAMES['model']}") from e
+    finally:
+        await client.aclose()
+    verdict = settings.preset.parse(completion.content or "")
+    return float(verdict.metrics.get(JUDGE_CORRECT) or 0.0)

@@ -26,7 +26,8 @@ from rollout.paths import PROJECT_ROOT
 
 VENVS_DIR = PROJECT_ROOT / ".venvs"
 PACKAGES: dict[str, list[str]] = {
-    "verl": ["verl==0.9.1"],
+    # verl's agent loop (verl.experimental.agent_loop) imports cachetools, which verl 0.9.1 does not require
+    "verl": ["verl==0.9.1", "cachetools"],
     "openenv": ["openenv-core==0.3.0"],
 }
 """Each trainer venv's pip requirements, pinned to the versions the adapters are tested against."""
@@ -40,7 +41,8 @@ def python_of(name: str) -> Path:
 def trainer_python(name: str) -> Path:
     """The python of trainer venv `name`; skips the test (fails under ROLLOUT_REQUIRE_TRAINERS=1) when it is missing."""
     python = python_of(name)
-    if python.exists() and (VENVS_DIR / name / ".ready").exists():
+    ready = VENVS_DIR / name / ".ready"
+    if python.exists() and ready.exists() and ready.read_text() == " ".join(PACKAGES[name]) + "\n":
         return python
     message = f"{' '.join(PACKAGES[name])} is not installed in {VENVS_DIR / name}: run `{MAKE} {name}`"
     if os.environ.get("ROLLOUT_REQUIRE_TRAINERS") == "1":
@@ -49,15 +51,19 @@ def trainer_python(name: str) -> Path:
 
 
 def make(name: str) -> None:
-    """Create `.venvs/<name>` and install its packages; a venv already made is left as it is."""
+    """Create `.venvs/<name>` and install its packages; a venv made with the same packages is left as it is, one
+    made with others gets them installed (its `.ready` file names what it holds)."""
     target = VENVS_DIR / name
-    if (target / ".ready").exists():
+    wanted = " ".join(PACKAGES[name]) + "\n"
+    ready = target / ".ready"
+    if ready.exists() and ready.read_text() == wanted:
         print(f"{target}: ready")
         return
-    venv.create(target, system_site_packages=True, with_pip=True, clear=True)
+    if not ready.exists():
+        venv.create(target, system_site_packages=True, with_pip=True, clear=True)
     subprocess.run([str(python_of(name)), "-m", "pip", "install", "--quiet", *PACKAGES[name]], check=True)
-    (target / ".ready").write_text(" ".join(PACKAGES[name]) + "\n")
-    print(f"{target}: installed {' '.join(PACKAGES[name])}")
+    ready.write_text(wanted)
+    print(f"{target}: installed {wanted.strip()}")
 
 
 if __name__ == "__main__":
