@@ -5,6 +5,9 @@
 - `tool_session`: one trajectory's MCP session on a running gateway, its calls marked as training traffic.
 - `text_episode`: a tag protocol's turn loop (`<search>` ... `<answer>`), one policy text at a time.
 
-The trainer adapters (`verl`, `skyrl`, `openenv`) are built on these, so a tool call, an observation and a reward
-mean the same in training as in an evaluation run.
+The trainer adapters are built on these, so a tool call, an observation and a reward mean the same in training as in
+an evaluation run:
+- `verl` (`GatewayTool`, a verl tool calling a gateway's tool) and `verl_config` (`rollout gateway --verl-tools`);
+- `skyrl` (the SkyRL-gym environment `rollout`);
+- `openenv/` (`rollout env`, an experiment served as an OpenEnv environment).
 """
