@@ -13,15 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from hydra.errors import HydraException
 from hydra.utils import get_class, instantiate
-from omegaconf.errors import OmegaConfBaseException
 
 from envs.http_mcp_env import DEFAULT_SYSTEM_PROMPT
-from rollout.errors import ExportError, RolloutError
+from rollout.errors import ConfigError, ExportError, RolloutError
 from rollout.export.formats import PromptRow
 from rollout.export.trajectories import FUNCTION_CALLING_AGENTS
-from rollout.run.config import RunConfig, compose_run_config
+from rollout.run.config import RunConfig, compose_without_corpus
 from rollout.run.dataset import QuestionSet, data_sources
 
 OpeningMessages = Callable[[str], list[dict[str, Any]]]
@@ -34,25 +32,10 @@ def compose_questions(overrides: Sequence[str]) -> RunConfig:
     if loose:
         raise ExportError(f"--questions takes Hydra overrides of conf/ such as dataset=nq "
                           f"dataset.questions.path=FILE (got {' '.join(loose)}); none means the demo dataset")
-    given = list(overrides)
-    if not any(o.lstrip("+~").startswith("dataset.corpus") for o in overrides):
-        # Prompts read no corpus: a dataset config that leaves its corpus path to fill in (???) composes without it.
-        given.append("++dataset.corpus.path=null")
     try:
-        return compose_run_config(*given)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ExportError(f"--questions {' '.join(overrides)}: {hydra_error_line(e)}") from e
-
-
-def hydra_error_line(e: Exception) -> str:
-    """Hydra's message on one line: its first line, and the options it lists for an unknown group option."""
-    lines = [line.strip() for line in str(e).split("Config search path:")[0].splitlines() if line.strip()]
-    if not lines:
-        return type(e).__name__
-    head, *rest = lines
-    if rest and rest[0].startswith("Available options"):
-        return f"{head}; options: {', '.join(rest[1:])}"
-    return head
+        return compose_without_corpus(overrides)
+    except ConfigError as e:
+        raise ExportError(f"--questions {' '.join(overrides)}: {e}") from e
 
 
 def prompt_opener(cfg: RunConfig) -> OpeningMessages:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -250,3 +251,30 @@ def compose_run_config(*overrides: str) -> RunConfig:
         return RunConfig.from_hydra(cfg)
     finally:
         hydra_config.cfg = earlier
+
+
+def compose_without_corpus(overrides: Sequence[str]) -> RunConfig:
+    """The config these overrides compose for what reads the questions but not the corpus (RL prompts, a trainer):
+    a dataset config that leaves its corpus path to fill in (???) composes without it. Hydra's refusal is a
+    `ConfigError` with its message on one line."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    given = list(overrides)
+    if not any(o.lstrip("+~").startswith("dataset.corpus") for o in overrides):
+        given.append("++dataset.corpus.path=null")
+    try:
+        return compose_run_config(*given)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(hydra_error_line(e)) from e
+
+
+def hydra_error_line(e: Exception) -> str:
+    """Hydra's message on one line: its first line, and the options it lists for an unknown group option."""
+    lines = [line.strip() for line in str(e).split("Config search path:")[0].splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    head, *rest = lines
+    if rest and rest[0].startswith("Available options"):
+        return f"{head}; options: {', '.join(rest[1:])}"
+    return head

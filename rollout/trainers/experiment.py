@@ -13,14 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
 from rollout.agents.tag_protocol import TagProtocol
 from rollout.errors import ConfigError
-from rollout.export.questions import hydra_error_line
 from rollout.records import Question
-from rollout.run.config import RunConfig, compose_run_config
+from rollout.run.config import RunConfig, compose_without_corpus
 from rollout.run.dataset import QuestionSet, data_sources
 
 PROTOCOL_KEYS = ("instruction", "searches", "answer", "information", "passage", "strip_results", "no_results",
@@ -42,13 +38,10 @@ class TrainingExperiment:
         if loose:
             raise ConfigError(f"an experiment is named by Hydra overrides such as mode=dense agent=search_r1 "
                               f"(got {' '.join(loose)})")
-        given = list(overrides)
-        if not any(o.lstrip("+~").startswith("dataset.corpus") for o in overrides):
-            given.append("++dataset.corpus.path=null")  # the gateway serves the corpus; it is not read here
         try:
-            config = compose_run_config(*given)
-        except (HydraException, OmegaConfBaseException) as e:
-            raise ConfigError(f"experiment {' '.join(overrides)}: {hydra_error_line(e)}") from e
+            config = compose_without_corpus(overrides)  # the gateway serves the corpus; it is not read here
+        except ConfigError as e:
+            raise ConfigError(f"experiment {' '.join(overrides)}: {e}") from e
         return cls(tuple(overrides), config)
 
     @property
