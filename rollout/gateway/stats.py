@@ -148,7 +148,7 @@ class StatsCollector:
         if not self.path.exists():
             self._file.close()
             self._file = self.path.open("a", encoding="utf-8")
-            self._degraded = None  # the run removed nothing else, but a fresh start writes the list again
+            self._degraded = None  # and the degraded list is written again, as into a new folder
 
     def close(self) -> None:
         self._file.close()

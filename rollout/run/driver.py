@@ -43,7 +43,7 @@ from rollout.run.ray_session import ray_session
 from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
 from rollout.run.scheduler import Scheduler, start_actors
-from rollout.run.sweep_gateway import gateway_process
+from rollout.run.sweep_gateway import gateway_process, stop_the_sweeps_gateway
 from rollout.run.worker import EnvSpec
 from rollout.run_folder import (
     CONFIG_FILE,
@@ -118,6 +118,7 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
     it then finds Ray running)."""
     if cfg.gateway.url:
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
+        stop_the_sweeps_gateway("this job uses a running gateway")
         yield RunningGateway(cfg.gateway.url)
         return
     token = cfg.gateway.auth_token
@@ -129,6 +130,7 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
         # Imported here: it loads the gateway's own modules, which a one-process run never needs.
         from rollout.run.gateway_serve import ServeGateway
 
+        stop_the_sweeps_gateway("this job serves its gateway on Ray Serve")
         with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
             retriever_config = Path(tmp) / "retriever.json"
             retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")

@@ -6,7 +6,9 @@ whose gateway would be the same one (`GatewayKey`: every argument but `--output-
 corpus, cache and limits; the same retriever settings, host and token), and is stopped when the sweep ends, even on
 failure or Ctrl-C. A job whose gateway would differ stops the kept one and launches its own, which the sweep keeps
 next (as `rollout.run.ray_session` does for Ray with other settings). A Ray Serve gateway (`gateway.replicas > 1`)
-is never shared: a run registers with one replica only.
+is never shared (a registration would reach one replica of many); a job using one, or a gateway the user runs
+(`gateway.url`), stops the kept one too (`stop_the_sweeps_gateway`), so that no idle gateway holds its indexes in
+memory beside the one the job uses.
 
 Each run registers its folder with the gateway it uses (`GatewayProcess.register_run`, done by the driver), so the
 calls it makes land in its own `tool_stats/realtime_calls.jsonl` whichever job started the gateway
@@ -21,7 +23,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ class GatewayKey:
     retriever: str
     """The retriever settings the `--retriever-config` file holds, as JSON."""
     host: str
-    token: str | None
+    token: str | None = field(repr=False)
 
     @classmethod
     def of(cls, args: list[str], retriever: Mapping[str, Any], host: str, token: str | None) -> GatewayKey:
@@ -104,15 +106,19 @@ def gateway_process(args_for: Callable[[Path], list[str]], retriever: Mapping[st
             logger.info("Using the sweep's gateway at %s", url)
             yield kept
             return
-        if kept is not None:
-            why = "this job's gateway differs" if _sweep.key != key else "it is no longer running"
-            logger.debug("Stopping the sweep's gateway at %s: %s", kept.url, why)
-            _sweep.stop()
+        stop_the_sweeps_gateway("this job's gateway differs" if _sweep.key != key else "it is no longer running")
         gateway = owned.enter_context(GatewayProcess(args, host=host, ready_timeout_s=ready_timeout_s,
                                                      auth_token=auth_token))
         if _sweep.active:
             _sweep.keep(key, gateway, owned.pop_all())  # it and its files now live until the sweep ends
         yield gateway
+
+
+def stop_the_sweeps_gateway(why: str) -> None:
+    """Stop the gateway the sweep keeps, if any (the next job that launches one keeps its own)."""
+    if _sweep.gateway is not None:
+        logger.debug("Stopping the sweep's gateway at %s: %s", _sweep.gateway.url, why)
+        _sweep.stop()
 
 
 @contextlib.contextmanager
