@@ -65,8 +65,8 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
                    help="record tool-call stats in OUTPUT_DIR/tool_stats and write its report.json on exit "
                         "(default: no stats are recorded)")
     p.add_argument("--run-ledger", nargs=2, action="append", default=[], metavar=("RUN_ID", "DIR"),
-                   help="record the calls of run RUN_ID (request _meta rollout/run_id) in DIR/tool_stats, as POST /runs "
-                        "registers one; may be repeated (a restarted gateway is given its runs this way)")
+                   help="record the calls of run RUN_ID (request _meta rollout/run_id) in DIR/tool_stats, as "
+                        "POST /runs registers one; may be repeated (a restarted gateway is given its runs this way)")
     p.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
                    help="with --output-dir, write tool_stats/report.json when the gateway stops (default); a run "
                         "passes --no-report and writes it itself, so its gateway stops at once")

@@ -60,7 +60,7 @@ class GatewayServer(MCPServer):
         self.custom_route(RETRIEVER_ROUTE, methods=["POST"], name="retrieve_by_retriever")(api.handle)
 
     def serve_runs(self, api: RunsApi) -> None:
-        """Answer `POST /runs` with `api`: a run registers the folder its calls go to (see `rollout.gateway.runs_api`)."""
+        """Answer `POST /runs` with `api`: a run registers the folder its calls go to (`rollout.gateway.runs_api`)."""
         self.runs = api
         self.custom_route(RUNS_ROUTE, methods=["POST"], name="runs")(api.handle)
 

@@ -6,9 +6,9 @@
     {"run_id": "4f1c...", "output_dir": "/abs/path/results/demo/sparse"}
 
 From then on every tools/call whose `_meta` carries that run id (`rollout.wire.META_RUN_ID`, which every call of a
-run's environments does) is recorded in `output_dir/tool_stats/realtime_calls.jsonl`, and `degraded_tools.json`
-is kept there too (`rollout.gateway.stats.RunLedgers`); calls of no registered run go to the gateway's own
-`--output-dir` as before. This is how the jobs of a sweep share one gateway and still each count their own calls
+run's environments does; the proxy's `X-Run-Id` header) is recorded in `output_dir/tool_stats/realtime_calls.jsonl`,
+and `degraded_tools.json` is kept there too (`rollout.gateway.stats.RunLedgers`); calls of no registered run go to
+the gateway's own `--output-dir` (nowhere without one). This is how the jobs of a sweep share one gateway and still each count their own calls
 (`rollout.run.sweep_gateway`); a run's driver registers before its tasks start (`GatewayProcess.register_run`).
 Registering a run id again moves its later calls to the new folder.
 
@@ -18,7 +18,7 @@ gateway write files, so only a client that may call its tools may ask.
 | status | when |
 |---|---|
 | 200 | `{"run_id": ..., "ledger": "<the ledger file>"}` |
-| 400 | the body is not a JSON object with a non-empty `run_id` and an absolute `output_dir`, or that folder cannot be written |
+| 400 | the body is not a JSON object of a non-empty `run_id` and an absolute `output_dir`; the folder is unwritable |
 | 403 / 421 | the Origin / Host header is not one this gateway serves |
 | 413 | the body is over `MAX_BODY_BYTES` |
 | 415 | the Content-Type is not JSON |

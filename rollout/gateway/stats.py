@@ -192,7 +192,10 @@ class RunLedgers:
     def note_degraded(self, degraded: dict[str, str]) -> None:
         self._degraded = dict(degraded)
         for collector in self._by_dir.values():
-            collector.note_degraded(degraded)
+            try:
+                collector.note_degraded(degraded)
+            except OSError as e:  # a run folder removed since (a refused run's): the listing still answers
+                logger.warning("Could not write %s in %s: %s", DEGRADED_FILE, collector.stats_dir, e)
 
     def close(self) -> None:
         for collector in self._by_dir.values():

@@ -6,6 +6,7 @@ call's `_meta`) and from the HTTP proxy (`X-Run-Id`)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import httpx
@@ -15,7 +16,7 @@ from envs import HttpMCPRagEnv
 from rollout.gateway.runs_api import MAX_BODY_BYTES
 from rollout.gateway.stats import CallStat, RunLedgers
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
-from rollout.run_folder import CALLS_FILE, STATS_DIR, calls_path
+from rollout.run_folder import CALLS_FILE, DEGRADED_FILE, STATS_DIR, calls_path
 from rollout.wire import TOKEN_ENV
 from tests.gateway.loopback import gateway_served, sparse_kb
 
@@ -137,3 +138,15 @@ def test_a_run_that_started_its_folder_over_gets_a_new_ledger_file(tmp_path):
 def _stat(call_id: str) -> CallStat:
     return CallStat(call_id=call_id, tool_name=TOOL, task_id="t1", worker_id="w0", ok=True, outcome="ok", error=None,
                     duration_ms=1.0, timestamp=0.0, result_ids=[])
+
+
+def test_a_removed_run_folder_does_not_keep_the_others_from_their_degraded_list(tmp_path):
+    # A run refused after it registered has its folder removed; the gateway serves the sweep's next runs on.
+    ledgers = RunLedgers()
+    ledgers.register("refused", tmp_path / "refused")
+    ledgers.register("next", tmp_path / "next")
+    shutil.rmtree(tmp_path / "refused")
+    degraded = {"lookup": "its schema was simplified"}
+    ledgers.note_degraded(degraded)
+    ledgers.close()
+    assert json.loads((tmp_path / "next" / STATS_DIR / DEGRADED_FILE).read_text()) == degraded
