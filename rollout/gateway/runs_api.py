@@ -8,9 +8,9 @@
 From then on every tools/call whose `_meta` carries that run id (`rollout.wire.META_RUN_ID`, which every call of a
 run's environments does; the proxy's `X-Run-Id` header) is recorded in `output_dir/tool_stats/realtime_calls.jsonl`,
 and `degraded_tools.json` is kept there too (`rollout.gateway.stats.RunLedgers`); calls of no registered run go to
-the gateway's own `--output-dir` (nowhere without one). This is how the jobs of a sweep share one gateway and still each count their own calls
-(`rollout.run.sweep_gateway`); a run's driver registers before its tasks start (`GatewayProcess.register_run`).
-Registering a run id again moves its later calls to the new folder.
+the gateway's own `--output-dir` (nowhere without one). This is how the jobs of a sweep share one gateway and
+still each count their own calls (`rollout.run.sweep_gateway`); a run's driver registers before its tasks start
+(`GatewayProcess.register_run`). Registering a run id again moves its later calls to the new folder.
 
 The route gets the proxy's Host/Origin checks and the gateway's bearer token, as every route does: it makes the
 gateway write files, so only a client that may call its tools may ask.
