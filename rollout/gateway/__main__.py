@@ -9,7 +9,8 @@ POST /proxy/tools/NAME/call, the trainers' retrieval API (Search-R1's) at POST /
 at /healthz. With a token (`$ROLLOUT_GATEWAY_TOKEN`
 or `--auth-token`) every route requires `Authorization: Bearer TOKEN`. Tool-call stats are recorded
 only with `--output-dir DIR` (DIR/tool_stats, with its report.json written when the gateway stops):
-nothing is written into the working directory unless asked.
+nothing is written into the working directory unless asked. A run registers its own folder with POST /runs
+(`rollout.gateway.runs_api`): the calls it makes go there instead.
 
 `--verl-tools FILE.yaml` writes verl's tool config for the gateway these options describe and exits without
 serving (`rollout.trainers.verl_config`; docs/trainers.md, section verl).
@@ -37,7 +38,7 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING
 from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, build_gateway, serve
 from rollout.listen import bind_socket
-from rollout.gateway.stats import StatsCollector
+from rollout.gateway.stats import RunLedgers, StatsCollector
 from rollout.gateway.steps import StepSettings
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import add_verbosity_options, configure_logging, verbosity
@@ -67,6 +68,9 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--output-dir", type=Path, default=None,
                    help="record tool-call stats in OUTPUT_DIR/tool_stats and write its report.json on exit "
                         "(default: no stats are recorded)")
+    p.add_argument("--run-ledger", nargs=2, action="append", default=[], metavar=("RUN_ID", "DIR"),
+                   help="record the calls of run RUN_ID (request _meta rollout/run_id) in DIR/tool_stats, as "
+                        "POST /runs registers one; may be repeated (a restarted gateway is given its runs this way)")
     p.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
                    help="with --output-dir, write tool_stats/report.json when the gateway stops (default); a run "
                         "passes --no-report and writes it itself, so its gateway stops at once")
@@ -233,11 +237,18 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
         logger.warning("Serving on %s without a token: anyone who can reach the port can call the tools. "
                        "Set %s to require one.", args.host, TOKEN_ENV)
     collector = open_collector(args)
+    ledgers = RunLedgers(collector)
+    for run_id, folder in args.run_ledger:
+        try:
+            ledgers.register(run_id, Path(folder).resolve())
+        except OSError as e:
+            print(f"error: --run-ledger {run_id} {folder}: cannot write its ledger ({e})", file=sys.stderr)
+            return 2
     host, port = sock.getsockname()[:2]
     # uvicorn re-raises the signal that stopped it; exiting through Python keeps the report step.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        server = build_gateway(gateway, kb, collector, tool_timeout_s=args.tool_timeout_s,
+        server = build_gateway(gateway, kb, ledgers, tool_timeout_s=args.tool_timeout_s,
                                threads_per_group=args.threads_per_group,
                                retrieve_max_pending=args.retrieve_max_pending)
         logger.info("Gateway %s on http://%s:%d%s (%s%s)", gateway.server_name, host, port,
@@ -249,10 +260,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     except KeyboardInterrupt:
         pass
     finally:
-        if collector is not None:
-            collector.close()
-            if args.report:
-                write_report(args.output_dir)
+        ledgers.close()
+        if collector is not None and args.report:
+            write_report(args.output_dir)
     return 0
 
 

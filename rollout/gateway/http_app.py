@@ -21,6 +21,8 @@ from rollout.errors import ConfigError
 from rollout.gateway.auth import BearerTokenAuth
 from rollout.gateway.proxy import CATALOG_ROUTE, PROXY_ROUTE, PROXY_SERVER_ROUTE, ToolProxy
 from rollout.gateway.retrieve_api import RETRIEVE_ROUTE, RETRIEVER_ROUTE, RetrieveApi
+from rollout.gateway.runs_api import RUNS_ROUTE, RunsApi
+from rollout.gateway.stats import RunLedgers
 from rollout.gateway.structured import structured_only
 from rollout.gateway.upstream import UpstreamTools
 
@@ -34,8 +36,11 @@ class GatewayServer(MCPServer):
     tools, `POST /proxy/[{server}/]tools/{name}/call` calls one)."""
 
     def __init__(self, *args: Any, upstreams: UpstreamTools | None = None,
-                 local_fixed_params: Mapping[str, Mapping[str, Any]] | None = None, **kwargs: Any):
+                 local_fixed_params: Mapping[str, Mapping[str, Any]] | None = None, ledgers: RunLedgers | None = None,
+                 **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.ledgers = ledgers if ledgers is not None else RunLedgers()
+        """Where its stats middleware records calls (`rollout.gateway.stats.RunLedgers`); closed when serving ends."""
         self.upstreams = upstreams if upstreams is not None else UpstreamTools()
         self.local_fixed_params = {tool: dict(pins) for tool, pins in (local_fixed_params or {}).items()}
         """Pinned arguments of the registered tools, by tool name (the upstream tools' come from `upstreams`)."""
@@ -45,12 +50,19 @@ class GatewayServer(MCPServer):
         self.custom_route(CATALOG_ROUTE, methods=["GET"], name="tool_catalog")(self.proxy.catalog)
         self.retrieval: RetrieveApi | None = None
         """The trainers' `/retrieve` routes, once `serve_retrieval` gave them."""
+        self.runs: RunsApi | None = None
+        """The `/runs` route, once `serve_runs` gave it."""
 
     def serve_retrieval(self, api: RetrieveApi) -> None:
         """Answer `POST /retrieve` and `POST /retrieve/{retriever}` with `api` (see `rollout.gateway.retrieve_api`)."""
         self.retrieval = api
         self.custom_route(RETRIEVE_ROUTE, methods=["POST"], name="retrieve")(api.handle)
         self.custom_route(RETRIEVER_ROUTE, methods=["POST"], name="retrieve_by_retriever")(api.handle)
+
+    def serve_runs(self, api: RunsApi) -> None:
+        """Answer `POST /runs` with `api`: a run registers the folder its calls go to (`rollout.gateway.runs_api`)."""
+        self.runs = api
+        self.custom_route(RUNS_ROUTE, methods=["POST"], name="runs")(api.handle)
 
     def fixed_params(self) -> dict[str, dict[str, Any]]:
         """Every served tool's pinned arguments, by tool name: local ones, and the upstream ones once started."""
@@ -127,6 +139,8 @@ def gateway_app(
         server.proxy.protect(security)
         if server.retrieval is not None:
             server.retrieval.protect(security)
+        if server.runs is not None:
+            server.runs.protect(security)
     if start_runtime and isinstance(server, GatewayServer):
         inner = app.router.lifespan_context
 

@@ -90,8 +90,10 @@ class GatewayReplica:
         gateway = load_gateway_file(args.config)
         kb = load_knowledge_base(args, plan_gateway(gateway).requires, RetrievalParams.from_dict(retrieval))
         self.collector = open_collector(args, replica_ledger_name(self.replica))
+        # No POST /runs: a registration would reach one replica of many. A Serve gateway serves one run, whose
+        # folder is its --output-dir (a sweep never shares it, `rollout.run.sweep_gateway`).
         self.server = build_gateway(gateway, kb, self.collector, tool_timeout_s=args.tool_timeout_s,
-                                    threads_per_group=args.threads_per_group)
+                                    threads_per_group=args.threads_per_group, serve_runs=False)
         self.asgi_app = gateway_app(self.server, transport=args.transport, auth_token=resolve_token(args.auth_token),
                                     host=args.host, stateless=True)
         logger.info("Gateway replica %s ready", self.replica)

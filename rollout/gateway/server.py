@@ -24,7 +24,8 @@ from rollout.gateway.metering import CallAccountant
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.registry import ToolRegistry, tool_description
 from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING, RetrieveApi
-from rollout.gateway.stats import StatsCollector, ToolStatsMiddleware
+from rollout.gateway.runs_api import RunsApi
+from rollout.gateway.stats import RunLedgers, StatsCollector, ToolStatsMiddleware
 from rollout.gateway.timeout import CallTimeout
 from rollout.gateway.tool_params import bind_tool
 from rollout.gateway.toolsets import ToolsetCatalog, ToolsetGate
@@ -49,11 +50,16 @@ class GatewayState:
 
 
 def build_gateway(
-    gateway: GatewayFile, kb: KnowledgeBase, collector: StatsCollector | None = None, *,
+    gateway: GatewayFile, kb: KnowledgeBase, stats: StatsCollector | RunLedgers | None = None, *,
     tool_timeout_s: float | None = None, registry: ToolRegistry | None = None,
     threads_per_group: int = DEFAULT_THREADS_PER_GROUP, retrieve_max_pending: int = DEFAULT_MAX_PENDING,
+    serve_runs: bool = True,
 ) -> GatewayServer:
     """An MCPServer with only the configured tools (local and upstream), stats middleware, /healthz and the proxy.
+
+    `stats` is where calls are recorded: one collector (None: nowhere), or `RunLedgers` holding it, whose
+    registered runs' calls go to their own folders (`serve_runs` adds `POST /runs`, for them to register;
+    `rollout.gateway.runs_api`). `server.ledgers` is the `RunLedgers` used, to close when serving ends.
 
     Each tool group's sync tools run on worker threads of their own, at most `threads_per_group` at once:
     a group whose calls hang fills its own slots only, and with `tool_timeout_s` a call waiting for a slot
@@ -80,8 +86,9 @@ def build_gateway(
         upstream_specs(gateway), local_tools=[t.fn.__name__ for t in plan.tools],
         local_groups=[t.group for t in plan.tools], catalog=catalog,
     )
+    ledgers = stats if isinstance(stats, RunLedgers) else RunLedgers(stats)
     # Outermost first: the stats middleware also records the calls the tool-set gate refuses.
-    middleware = [ToolStatsMiddleware(collector)] if collector is not None else []
+    middleware: list[Any] = [ToolStatsMiddleware(ledgers)]
     if catalog is not None:
         middleware.append(ToolsetGate(catalog))
     # Outermost first: every answer (a timeout's too) leaves with its accounting.
@@ -95,9 +102,10 @@ def build_gateway(
     server = GatewayServer(
         name=gateway.server_name,
         lifespan=lifespan,
-        middleware=middleware or None,
+        middleware=middleware,
         extensions=extensions,
         upstreams=upstreams,
+        ledgers=ledgers,
         local_fixed_params={t.fn.__name__: t.fixed_params for t in plan.tools if t.fixed_params},
         log_level="WARNING",
     )
@@ -113,7 +121,9 @@ def build_gateway(
 
     tool_names = [t.fn.__name__ for t in plan.tools]
     server.serve_retrieval(RetrieveApi.for_tools(kb, [(t.fn.__name__, t.fixed_params) for t in plan.tools],
-                                                 threads_per_group, collector, retrieve_max_pending))
+                                                 threads_per_group, ledgers.default, retrieve_max_pending))
+    if serve_runs:
+        server.serve_runs(RunsApi(ledgers))
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> JSONResponse:

@@ -6,6 +6,10 @@ rebuilt from that file by `rollout.report`, never from in-memory counters.
 
 The middleware also reads what each tools/list tells clients: the tools it marks degraded
 (`rollout.wire.META_DEGRADED`) are kept in `degraded_tools.json` beside the ledger, for the report.
+
+A gateway may serve several runs (the jobs of a sweep share one, `rollout.run.sweep_gateway`): a run registers its
+folder (`POST /runs`, `rollout.gateway.runs_api`) and `RunLedgers` routes each call to the ledger of the run its
+`_meta` names (`rollout.wire.META_RUN_ID`), so every call is counted once, in the folder of the run that made it.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from rollout.run_folder import CALLS_FILE, DEGRADED_FILE, write_json
+from rollout.run_folder import CALLS_FILE, DEGRADED_FILE, STATS_DIR, write_json
 from rollout.wire import (
     META_ACCOUNTING,
     META_ATTEMPT,
     META_CALL_ID,
+    META_RUN_ID,
     META_STEP,
     META_TASK_ID,
     META_TRAFFIC,
@@ -137,27 +142,86 @@ class StatsCollector:
         else:
             path.unlink(missing_ok=True)
 
+    def reopen_if_removed(self) -> None:
+        """Open the ledger anew when its file is gone (a run with resume=false removed it to start over): lines
+        written to a removed file would reach no one."""
+        if not self.path.exists():
+            self._file.close()
+            self._file = self.path.open("a", encoding="utf-8")
+            self._degraded = None  # and the degraded list is written again, as into a new folder
+
     def close(self) -> None:
         self._file.close()
 
 
-class ToolStatsMiddleware:
-    """MCP server middleware: times each tools/call and hands a `CallStat` to the collector."""
+class RunLedgers:
+    """Where a gateway's call records go: the ledger of the registered run a call names, else `default` (the
+    gateway's `--output-dir`; None records such calls nowhere).
 
-    def __init__(self, collector: StatsCollector):
-        self.collector = collector
+    A registered run's collector stays open until the gateway stops (`close`): a call of a finished run that lands
+    late still reaches that run's ledger. Runs registered with one folder share one collector, and a folder that is
+    the default's uses the default: one open file per ledger, so lines never interleave. `degraded_tools.json`
+    follows every tools/list into every folder, and a run registered later gets the list known by then: the same
+    gateway serves them all, so what it serves degraded is the same for each."""
+
+    def __init__(self, default: StatsCollector | None = None):
+        self.default = default
+        self._by_dir: dict[Path, StatsCollector] = {} if default is None else {default.stats_dir.resolve(): default}
+        self._by_run: dict[str, StatsCollector] = {}
+        self._degraded: dict[str, str] | None = None
+        """The degraded tools of the last whole tools/list (None before the first)."""
+
+    def register(self, run_id: str, output_dir: Path) -> StatsCollector:
+        """Record the calls of `run_id` in `output_dir/tool_stats/realtime_calls.jsonl` from now on; its collector."""
+        stats_dir = (Path(output_dir) / STATS_DIR).resolve()
+        collector = self._by_dir.get(stats_dir)
+        if collector is None:
+            collector = self._by_dir[stats_dir] = StatsCollector(stats_dir)
+        else:
+            collector.reopen_if_removed()
+        if self._degraded is not None:
+            collector.note_degraded(self._degraded)
+        self._by_run[run_id] = collector
+        logger.debug("Recording the calls of run %s in %s", run_id, collector.path)
+        return collector
+
+    def collector_for(self, run_id: Any) -> StatsCollector | None:
+        """The collector of a call's run id (`_meta`): a registered run's, else the default."""
+        return self._by_run.get(run_id, self.default) if isinstance(run_id, str) else self.default
+
+    def note_degraded(self, degraded: dict[str, str]) -> None:
+        self._degraded = dict(degraded)
+        for collector in self._by_dir.values():
+            try:
+                collector.note_degraded(degraded)
+            except OSError as e:  # a run folder removed since (a refused run's): the listing still answers
+                logger.warning("Could not write %s in %s: %s", DEGRADED_FILE, collector.stats_dir, e)
+
+    def close(self) -> None:
+        for collector in self._by_dir.values():
+            collector.close()
+
+
+class ToolStatsMiddleware:
+    """MCP server middleware: times each tools/call and hands a `CallStat` to the collector of the call's run."""
+
+    def __init__(self, ledgers: RunLedgers):
+        self.ledgers = ledgers
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         if ctx.method == "tools/list":
             listed = await call_next(ctx)
             # Only a whole listing: one page of a paginated one says nothing of the others.
             if isinstance(listed, dict) and not listed.get("nextCursor") and not (ctx.params or {}).get("cursor"):
-                self.collector.note_degraded(degraded_tools(listed.get("tools") or []))
+                self.ledgers.note_degraded(degraded_tools(listed.get("tools") or []))
             return listed
         if ctx.method != "tools/call" or ctx.request_id is None:
             return await call_next(ctx)
         params = dict(ctx.params or {})
         meta = dict(params.get("_meta") or {})
+        collector = self.ledgers.collector_for(meta.get(META_RUN_ID))
+        if collector is None:
+            return await call_next(ctx)
         started = time.time()
         t0 = time.perf_counter()
         ok, outcome, error, ids, cost = False, "protocol_error", None, [], None
@@ -171,7 +235,7 @@ class ToolStatsMiddleware:
             error = f"{type(e).__name__}: {e}"
             raise
         finally:
-            self.collector.record(
+            collector.record(
                 CallStat(
                     call_id=meta.get(META_CALL_ID),
                     tool_name=str(params.get("name", "")),

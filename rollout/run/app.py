@@ -2,7 +2,7 @@
 
 The exit code (0; 1 when no task ended ok; 2 for bad input; 130 for Ctrl-C) and the line saying why come
 from `rollout.run.outcome`; a sweep (`-m`) runs every job whatever the others did, all on one Ray
-(`rollout.run.ray_session`).
+(`rollout.run.ray_session`), jobs with the same gateway on one gateway (`rollout.run.sweep_gateway`).
 
 The gateway token never reaches disk: Hydra writes the command line to `multirun.yaml` and its
 logs before the run starts, so a literal `gateway.auth_token=` is refused before Hydra sees it.
@@ -31,6 +31,7 @@ from rollout.run.driver import run
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
 from rollout.run.ray_session import ray_for_the_sweep
 from rollout.run.refused import holds_nothing, holds_only_the_log, remove_refused_folder
+from rollout.run.sweep_gateway import gateway_for_the_sweep
 from rollout.wire import TOKEN_ENV
 
 logger = logging.getLogger("rollout")
@@ -104,7 +105,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
         def hydra_main(cfg: DictConfig) -> JobEnd:
             if not jobs and HydraConfig.get().mode == RunMode.MULTIRUN:
-                until_the_end.enter_context(ray_for_the_sweep())  # the jobs share one Ray
+                until_the_end.enter_context(ray_for_the_sweep())  # the jobs share one Ray...
+                until_the_end.enter_context(gateway_for_the_sweep())  # ...and a gateway while theirs is the same
             end = run_job(cfg)
             jobs.append(end)
             if end.code == EXIT_INTERRUPTED:

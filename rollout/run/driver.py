@@ -43,6 +43,7 @@ from rollout.run.ray_session import ray_session
 from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
 from rollout.run.scheduler import Scheduler, start_actors
+from rollout.run.sweep_gateway import gateway_process, stop_the_sweeps_gateway
 from rollout.run.worker import EnvSpec
 from rollout.run_folder import (
     CONFIG_FILE,
@@ -109,37 +110,41 @@ class RunningGateway:
 
 @contextlib.contextmanager
 def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | ServeGateway | RunningGateway]:
-    """The configured gateway, or one launched for this run (stopped after it, even on failure).
+    """The configured gateway, or one launched for this run (stopped after it, even on failure), or within a sweep
+    the one its jobs share (`rollout.run.sweep_gateway`, stopped when the sweep ends).
 
     One replica is a child process, started before Ray so it loads while Ray starts; more are a Ray
     Serve application, deployed once Ray is up (this enters `ray_session`, and the run's own use of
     it then finds Ray running)."""
     if cfg.gateway.url:
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
+        stop_the_sweeps_gateway("this job uses a running gateway")
         yield RunningGateway(cfg.gateway.url)
         return
-    with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
-        retriever_config = Path(tmp) / "retriever.json"
-        retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-        args = gateway_args(cfg, corpus_path, retriever_config)
-        token = cfg.gateway.auth_token
-        host = gateway_host(cfg)
-        if not is_loopback(host) and not resolve_token(token):
-            logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
-                           "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
-        if cfg.gateway.replicas > 1:
-            # Imported here: it loads the gateway's own modules, which a one-process run never needs.
-            from rollout.run.gateway_serve import ServeGateway
+    token = cfg.gateway.auth_token
+    host = gateway_host(cfg)
+    if not is_loopback(host) and not resolve_token(token):
+        logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
+                       "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
+    if cfg.gateway.replicas > 1:
+        # Imported here: it loads the gateway's own modules, which a one-process run never needs.
+        from rollout.run.gateway_serve import ServeGateway
 
+        stop_the_sweeps_gateway("this job serves its gateway on Ray Serve")
+        with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
+            retriever_config = Path(tmp) / "retriever.json"
+            retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
             with ray_session(cfg), ServeGateway(
-                args, cfg.retriever.to_dict(), host=host, replicas=cfg.gateway.replicas,
-                replica_cpus=cfg.gateway.replica_cpus, autoscaling=cfg.gateway.autoscaling,
-                ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
+                gateway_args(cfg, corpus_path, retriever_config), cfg.retriever.to_dict(), host=host,
+                replicas=cfg.gateway.replicas, replica_cpus=cfg.gateway.replica_cpus,
+                autoscaling=cfg.gateway.autoscaling, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
             ) as served:
                 yield served
-            return
-        with GatewayProcess(args, host=host, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token) as gw:
-            yield gw
+        return
+    with gateway_process(lambda retriever_config: gateway_args(cfg, corpus_path, retriever_config),
+                         cfg.retriever.to_dict(), host=host, auth_token=token,
+                         ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
+        yield gw
 
 
 def gateway_host(cfg: RunConfig) -> str:
@@ -295,7 +300,12 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
         url = gateway.wait_ready()
         timeline.mark("gateway ready")
         logger.info("Gateway ready at %s", url)
-        env_spec = env_spec_for(cfg, url, run_id=uuid.uuid4().hex)
+        run_id = uuid.uuid4().hex
+        if isinstance(gateway, GatewayProcess):
+            # Its calls go to this run's ledger, whichever run launched the gateway (a sweep's jobs share one). A
+            # Serve gateway and one the user runs keep their stats where they were started.
+            gateway.register_run(run_id, out)
+        env_spec = env_spec_for(cfg, url, run_id=run_id)
         tool_specs, degraded_tools = offered_tools(env_spec)
         check_agent_tools(agent, tool_specs)
         finished = finished_tasks(out, RunIdentity.of(cfg, tool_specs, data))
@@ -344,7 +354,10 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
         summary = _score_and_print(cfg, out, agent, timeline, interrupted, resumed.not_asked, tool_specs,
                                    degraded_tools)
     if not cfg.gateway.url:
-        # After the gateway stopped: a call still running when its task timed out is in the ledger by now.
+        # After the gateway stopped: a call still running when its task timed out is in the ledger by now. A sweep's
+        # gateway serves on (its next jobs use it): the report is written now anyway. The ledger holds every call
+        # of the finished tasks (the gateway writes a call's line before it answers); only a call still running
+        # after its task timed out may land in it later, counted by a later `rollout report tool-stats`.
         write_tool_report(out)
     timeline.mark("stopped")
     logger.debug("Timeline after the summary: %s", timeline.line())

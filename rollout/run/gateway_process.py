@@ -40,7 +40,8 @@ class GatewayProcess:
     """`python -m rollout.gateway ARGS --port 0` as a context manager; `wait_ready()` gives its MCP URL.
 
     `restart()` relaunches a dead gateway on the same host and port, so clients holding the URL
-    reconnect to it. `auth_token` (default `$ROLLOUT_GATEWAY_TOKEN`) reaches the child through its
+    reconnect to it; the runs registered with `register_run` are registered with the new child as it starts,
+    before it serves a call. `auth_token` (default `$ROLLOUT_GATEWAY_TOKEN`) reaches the child through its
     environment, not its command line, and goes with the health checks.
     """
 
@@ -69,6 +70,8 @@ class GatewayProcess:
         """Set by the health monitor: the child runs but has not answered /healthz for HEALTH_FAILURES checks."""
         self._monitor: threading.Thread | None = None
         self._stop_monitor = threading.Event()
+        self._runs: dict[str, Path] = {}
+        """Run id → run folder of the runs registered with `register_run`, for a restarted child."""
 
     def __enter__(self) -> GatewayProcess:
         self.launch()
@@ -86,7 +89,8 @@ class GatewayProcess:
 
     def _launch(self, port: int) -> None:
         self._ready_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "rollout.gateway", *self.args, "--host", self.host, "--port", str(port),
+        runs = [arg for run_id, folder in self._runs.items() for arg in ("--run-ledger", run_id, str(folder))]
+        cmd = [sys.executable, "-m", "rollout.gateway", *self.args, *runs, "--host", self.host, "--port", str(port),
                "--ready-file", str(self._ready_file)]
         logger.debug("starting gateway: %s", " ".join(cmd))
         # The child inherits stdout/stderr: its lines join the run's console in the run's format (rollout.logs), at
@@ -118,6 +122,23 @@ class GatewayProcess:
             self._monitor = threading.Thread(target=self._watch_health, name="gateway-health", daemon=True)
             self._monitor.start()
         return url
+
+    def register_run(self, run_id: str, output_dir: Path) -> Path:
+        """Have the serving gateway record the calls carrying `run_id` in `output_dir`'s own ledger (`POST /runs`,
+        `rollout.gateway.runs_api`); the ledger's path. A `GatewayError` says why the gateway refused."""
+        url = self.wait_ready()
+        output_dir = Path(output_dir).resolve()
+        try:
+            response = httpx.post(runs_url(url), json={"run_id": run_id, "output_dir": str(output_dir)},
+                                  headers=auth_headers(self.auth_token), timeout=30.0)
+        except httpx.HTTPError as e:
+            raise GatewayError(f"could not register the run with the gateway at {url}: {e}") from e
+        if response.status_code != 200:
+            raise GatewayError(f"the gateway at {url} refused to register the run ({response.status_code}): "
+                               f"{response.text.strip()}")
+        with self._lock:  # a restart on another thread reads them as it launches the new child
+            self._runs[run_id] = output_dir
+        return Path(response.json()["ledger"])
 
     def _watch_health(self) -> None:
         """A gateway that runs but stopped answering (a hung event loop) counts as dead, so the run restarts it."""
@@ -228,6 +249,11 @@ class GatewayProcess:
 def health_url(mcp_url: str) -> str:
     """The gateway's /healthz beside its MCP endpoint (under the same route prefix, as on Ray Serve)."""
     return mcp_url.rsplit("/", 1)[0] + "/healthz"
+
+
+def runs_url(mcp_url: str) -> str:
+    """The gateway's `POST /runs` beside its MCP endpoint."""
+    return mcp_url.rsplit("/", 1)[0] + "/runs"
 
 
 def _end(proc: subprocess.Popen[bytes], *, kill_now: bool = False) -> int:

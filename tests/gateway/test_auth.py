@@ -31,12 +31,14 @@ def served(tmp_path_factory):
         yield base, run_dir
 
 
-def _requests(base: str, headers: dict[str, str]) -> dict[str, httpx.Response]:
+def _requests(base: str, headers: dict[str, str], run_dir: Path) -> dict[str, httpx.Response]:
     return {
         "mcp": httpx.post(f"{base}/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **headers}, timeout=10),
         "healthz": httpx.get(f"{base}/healthz", headers=headers, timeout=10),
         "proxy": httpx.post(f"{base}/proxy/tools/query_knowledge_base_sparse/call", json={"query": "Voss"},
                             headers=headers, timeout=10),
+        "runs": httpx.post(f"{base}/runs", json={"run_id": "r1", "output_dir": str(run_dir)}, headers=headers,
+                           timeout=10),
     }
 
 
@@ -49,8 +51,8 @@ def _requests(base: str, headers: dict[str, str]) -> dict[str, httpx.Response]:
     ],
 )
 def test_every_route_answers_401_without_the_right_token(served, headers, reason):
-    base, _ = served
-    for route, r in _requests(base, headers).items():
+    base, run_dir = served
+    for route, r in _requests(base, headers, run_dir).items():
         assert r.status_code == 401, route
         assert r.json()["error"].startswith(reason) and "\n" not in r.json()["error"], route
         assert TOKEN_ENV in r.json()["error"]
@@ -58,9 +60,10 @@ def test_every_route_answers_401_without_the_right_token(served, headers, reason
 
 
 def test_every_route_answers_with_the_token(served):
-    base, _ = served
-    responses = _requests(base, {"Authorization": f"Bearer {TOKEN}"})
-    assert {route: r.status_code for route, r in responses.items()} == {"mcp": 200, "healthz": 200, "proxy": 200}
+    base, run_dir = served
+    responses = _requests(base, {"Authorization": f"Bearer {TOKEN}"}, run_dir)
+    assert {route: r.status_code for route, r in responses.items()} == {"mcp": 200, "healthz": 200, "proxy": 200,
+                                                                        "runs": 200}
 
 
 async def test_env_sends_the_token_and_fails_clearly_without_it(served, monkeypatch):

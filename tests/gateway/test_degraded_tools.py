@@ -9,7 +9,7 @@ import uvicorn
 from mcp.client.client import Client
 
 from rollout.gateway.server import build_gateway
-from rollout.gateway.stats import StatsCollector
+from rollout.gateway.stats import RunLedgers, StatsCollector
 from rollout.report import build_tool_report
 from rollout.report.cli import main as report_main
 from rollout.wire import META_DEGRADED
@@ -53,3 +53,21 @@ async def test_a_gateway_without_degraded_tools_lists_none_and_clears_an_earlier
     assert build_tool_report(tmp_path)["summary"]["degraded_tools"] == {}
     assert report_main(["tool-stats", str(tmp_path)]) == 0
     assert "Degraded" not in capsys.readouterr().out
+
+
+async def test_every_registered_run_gets_the_degraded_list_whether_it_registered_before_or_after_the_listing(tmp_path):
+    uv = uvicorn.Server(uvicorn.Config(broken_schema_upstream().streamable_http_app(), log_level="warning"))
+    own, early, late = tmp_path / "own", tmp_path / "early", tmp_path / "late"
+    ledgers = RunLedgers(StatsCollector(own / "tool_stats"))
+    with serving(uv) as base:
+        server = build_gateway(gateway_file(SPARSE_MODULE, calc_module(f"{base}/mcp", name="odd")), sparse_kb(),
+                               ledgers)
+        ledgers.register("early", early)
+        async with server.running(), Client(server) as client:
+            await client.list_tools()
+            ledgers.register("late", late)
+    ledgers.close()
+    listed = json.loads((own / "tool_stats" / "degraded_tools.json").read_text())
+    assert list(listed) == ["lookup"]
+    for run_dir in (early, late):
+        assert json.loads((run_dir / "tool_stats" / "degraded_tools.json").read_text()) == listed

@@ -17,6 +17,7 @@ from rollout.errors import GatewayError
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report import load_calls
 from rollout.run.gateway_process import GatewayProcess
+from rollout.run_folder import calls_path
 from tests.gateway.loopback import kill
 
 SPARSE_FILE = GATEWAYS_DIR / "rag_sparse_only.json"
@@ -29,30 +30,36 @@ def demo_args(cache_dir: Path, output_dir: Path) -> list[str]:
             "--cache-dir", str(cache_dir), "--output-dir", str(output_dir)]
 
 
-def call(url: str, call_id: str) -> dict:
+def call(url: str, call_id: str, run_id: str | None = None) -> dict:
     base = url.removesuffix("/mcp")
-    r = httpx.post(f"{base}/proxy/tools/{TOOL}/call", json={"query": "born in"}, headers={"X-Call-Id": call_id},
-                   timeout=30)
+    headers = {"X-Call-Id": call_id, **({"X-Run-Id": run_id} if run_id else {})}
+    r = httpx.post(f"{base}/proxy/tools/{TOOL}/call", json={"query": "born in"}, headers=headers, timeout=30)
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def test_a_killed_gateway_restarts_on_the_same_url_from_cached_indexes_and_keeps_its_ledger(
+def test_a_killed_gateway_restarts_on_the_same_url_from_cached_indexes_and_keeps_its_ledgers(
         cache_dir, tmp_path, capfd, caplog):
     caplog.set_level(logging.WARNING, logger="rollout.run.gateway_process")
+    other_run = tmp_path / "other-run"
     with GatewayProcess(demo_args(cache_dir, tmp_path), ready_timeout_s=300) as gw:
         url = gw.wait_ready()
         first_pid = gw.pid
         assert gw.is_alive()
+        assert gw.register_run("run-2", other_run) == calls_path(other_run)
         assert not call(url, "before-1")["is_error"]
         assert not call(url, "before-2")["is_error"]
+        assert not call(url, "run-2-before", run_id="run-2")["is_error"]
         kill(gw)
         assert not gw.is_alive()
         assert gw.restart() == url
         assert gw.is_alive() and gw.pid != first_pid and gw.restarts == 1
         answer = call(url, "after-1")
+        # The restarted gateway knows the runs registered with the one before: their calls still go to their ledger.
+        assert not call(url, "run-2-after", run_id="run-2")["is_error"]
     assert not answer["is_error"] and answer["structured_content"]["results"]
     assert load_calls(tmp_path)["call_id"].tolist() == ["before-1", "before-2", "after-1"]
+    assert load_calls(other_run)["call_id"].tolist() == ["run-2-before", "run-2-after"]
     err = capfd.readouterr().err
     # The first launch builds the index (or loads it, when an earlier test filled the cache); the restart loads it.
     assert err.count("built sparse index") + err.count("loaded sparse index") == 2

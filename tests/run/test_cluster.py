@@ -44,7 +44,7 @@ def test_is_loopback():
 
 
 def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, caplog, tmp_path):
-    from rollout.run import driver
+    from rollout.run import driver, sweep_gateway
 
     launched = {}
 
@@ -58,7 +58,7 @@ def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, c
         def __exit__(self, *exc):
             return None
 
-    monkeypatch.setattr(driver, "GatewayProcess", FakeProcess)
+    monkeypatch.setattr(sweep_gateway, "GatewayProcess", FakeProcess)
     monkeypatch.delenv("ROLLOUT_GATEWAY_TOKEN", raising=False)
     cfg = compose_run_config(f"output_dir={tmp_path}")
     cfg = dataclasses.replace(cfg, gateway=dataclasses.replace(cfg.gateway, host="10.9.8.7"))

@@ -1,6 +1,7 @@
 """A run that produced nothing says so: it writes its folder, then exits 1 with one line; a sweep goes on past it.
 
-The sweep scenario is also the command line's sweep: one folder per job, each mode's tools, one Ray for all jobs."""
+The sweep scenario is also the command line's sweep: one folder per job, each mode's tools, one Ray for all jobs,
+one gateway for the jobs of each gateway file, each job's calls in its own ledger."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from rollout.run.outcome import (
 )
 from rollout.run_folder import STATS_DIR
 from rollout.wire import TOKEN_ENV
-from tests.agents.chat_server import answer, chat_server, error
+from tests.agents.chat_server import answer, chat_server, error, tool_calls
 from tests.test_cli import files_containing
 
 
@@ -78,6 +79,10 @@ def test_a_single_job_ends_the_command_as_it_ended_and_a_sweep_names_its_failed_
     assert sweep_end([nothing, JobEnd(EXIT_INTERRUPTED, "stopped: ...", "d")]).code == EXIT_INTERRUPTED
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def python_m_rollout(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m rollout ARGS` with this worktree's package first on the path."""
     pythonpath = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
@@ -90,13 +95,16 @@ def test_a_sweep_gives_one_folder_per_job_runs_past_the_jobs_that_produced_nothi
         cache_dir, tmp_path):
     # One sweep over two axes, run as a user types it from an empty directory: the default results/ folder lands
     # there, the mode presets' gateway files still resolve against the project, each job gets a folder named by its
-    # overrides, the jobs share one Ray, and the gateway token (from the environment) is on no file the sweep writes.
+    # overrides, the jobs share one Ray, the jobs of a mode share its gateway, and the gateway token (from the
+    # environment) is on no file the sweep writes.
     token = "tok-3f9c1e7a-never-on-disk"
     with chat_server() as llm:
-        # Each openai job's preflight and tool-parser probe are answered, then every request of its tasks fails: each
-        # of its tasks is an error. The heuristic jobs ask no LLM.
-        for _ in range(2):
-            llm.push(answer("OK"), answer("OK"), *[error(500, "the model server died") for _ in range(2)])
+        # Each openai job's preflight and tool-parser probe are answered; its tasks' first two requests call the
+        # mode's tool, then every request fails: each of its tasks is an error, after two tool calls between them.
+        # The heuristic jobs ask no LLM.
+        for mode in ("dense", "sparse"):
+            call = tool_calls((f"query_knowledge_base_{mode}", {"query": "Who founded it?"}))
+            llm.push(answer("OK"), answer("OK"), call, call, *[error(500, "the model server died") for _ in range(2)])
         r = python_m_rollout(
             "-m", "mode=dense,sparse", "agent=heuristic,openai", "llm.model=test-model", f"llm.base_url={llm.base_url}",
             "llm.max_retries=0", "dataset.n_passages=400", "dataset.n_questions=40", "dataset.limit=2", "workers=1",
@@ -111,6 +119,14 @@ def test_a_sweep_gives_one_folder_per_job_runs_past_the_jobs_that_produced_nothi
     assert sorted([*heuristic.values(), *openai.values()]) == sorted(sweep / j for j in jobs)
     assert (sweep / "multirun.yaml").is_file() and files_containing(tmp_path, token) == []
     assert r.stderr.count("Started Ray") == 1  # the four jobs ran on one Ray
+    # Two gateways for the four jobs: each mode's second job used the gateway its first one started...
+    assert r.stderr.count("rollout.gateway: Gateway rag-") == 2 and r.stderr.count("Using the sweep's gateway") == 2
+    # ...and each job's ledger holds its own tasks' calls alone, each once, as its tool report counts them.
+    for folder in [*heuristic.values(), *openai.values()]:
+        made = [c["call_id"] for task in read_jsonl(folder / "trajectory.jsonl") for c in task["tool_calls"]]
+        ledger = [c["call_id"] for c in read_jsonl(folder / STATS_DIR / "realtime_calls.jsonl")]
+        assert made and sorted(ledger) == sorted(made), folder.name
+        assert json.loads((folder / STATS_DIR / "report.json").read_text())["summary"]["total_calls"] == len(made)
     # Each heuristic job ran its mode with its mode's tool alone, every task ok.
     for mode, tool in [("dense", "query_knowledge_base_dense"), ("sparse", "query_knowledge_base_sparse")]:
         summary = json.loads((heuristic[mode] / "evaluation_summary.json").read_text())
