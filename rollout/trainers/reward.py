@@ -7,8 +7,9 @@ verl's reward signature and reads the `ground_truth` that `rollout export --form
     custom_reward_function.path=<rollout>/rollout/trainers/reward.py custom_reward_function.name=compute_score
 
 rewards exactly what `evaluation_summary.json` scores. The answer is the content of the last answer tag of the
-policy's text (`<answer> … </answer>` unless the caller names other tags); a text without one scores 0, as it does
-in Search-R1's reward.
+policy's text (`<answer> … </answer>` unless the caller names other tags; `rollout.answer_tag.last_answer`, which
+`agent=openai agent.answer_tag=answer` reads an evaluated answer with); a text without one scores 0, as it does in
+Search-R1's reward.
 
 `compute_judge_score` is the same with an LLM judge's verdict in place of the metric: the grader presets and
 endpoint settings of `rollout report judge` (`reward_kwargs.judge`), asynchronous, as verl awaits a coroutine reward.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rollout.answer_tag import ANSWER_CLOSE, ANSWER_OPEN, last_answer
 from rollout.errors import ConfigError, LLMError
 from rollout.report.metrics import contains_answer, exact_match, f1_score
 
@@ -29,7 +31,6 @@ METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {
 }
 """The reward metrics: each is the evaluation's metric of the same name (`exact_match`, `f1`, `contains`)."""
 DEFAULT_METRIC = "em"
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 
 
 def metric_function(metric: str) -> Callable[[str, Sequence[str]], float]:
@@ -43,17 +44,6 @@ def metric_function(metric: str) -> Callable[[str, Sequence[str]], float]:
 def score(prediction: str, golden: Sequence[str], metric: str = DEFAULT_METRIC) -> float:
     """The evaluation's score of one answer."""
     return metric_function(metric)(prediction, list(golden))
-
-
-def last_answer(text: str, open_tag: str = ANSWER_OPEN, close_tag: str = ANSWER_CLOSE) -> str | None:
-    """The content of the last complete answer tag in `text` (stripped); None when there is none."""
-    end = text.rfind(close_tag)
-    while end != -1:
-        start = text.rfind(open_tag, 0, end)
-        if start != -1:
-            return text[start + len(open_tag):end].strip()
-        end = text.rfind(close_tag, 0, end)
-    return None
 
 
 def golden_answers(ground_truth: Any) -> list[str]:
