@@ -20,10 +20,10 @@ SPARSE = "query_knowledge_base_sparse"
 TRAJECTORY_KEYS = [
     "id", "question", "golden_answers", "prediction", "tool_calls", "turns", "error", "worker_id", "latency_s",
     "metadata", "messages", "status", "usage", "events", "attempts", "repeat", "seed", "accounting", "truncated",
-    "out_of_turns", "offered_tools", "out_of_context", "stop_message",
+    "out_of_turns", "offered_tools", "out_of_context", "stop_message", "no_answer_tag",
 ]
 """The keys of a trajectory line, in the order the driver has always written them (`accounting`, then `truncated`,
-`out_of_turns`, `offered_tools`, `out_of_context` and `stop_message` last, added later)."""
+`out_of_turns`, `offered_tools`, `out_of_context`, `stop_message` and `no_answer_tag` last, added later)."""
 TOOL_CALL_KEYS = [
     "call_id", "name", "arguments", "ok", "outcome", "error", "started", "latency_ms", "result_ids", "result_doc_ids",
     "reached_gateway", "accounting",
@@ -73,7 +73,7 @@ def answered() -> TaskResult:
 
 # This record's line as the driver wrote it before records were typed end to end, byte for byte, with the
 # accounting (of the call and of the task), the replies' finish_reason, the task's `truncated`, `out_of_turns`
-# `offered_tools`, `out_of_context` and `stop_message` added since.
+# `offered_tools`, `out_of_context`, `stop_message` and `no_answer_tag` added since.
 ANSWERED_LINE = (
     '{"id": "q1", "question": "Where was Arlen Voss born?", "golden_answers": ["Kelmor"], "prediction": "Kelmor", '
     '"tool_calls": [{"call_id": "c1", "name": "query_knowledge_base_sparse", "arguments": {"query": "Arlen Voss born"}, '
@@ -92,7 +92,8 @@ ANSWERED_LINE = (
     '"turns": 2}], "attempts": 1, "repeat": 1, "seed": 11, "accounting": {"time_s": {"total": 1.5, "llm": 0.002, '
     '"tools": {"query_knowledge_base_sparse": 0.00425}, "waiting": 1.49375}, "context_tokens": {"retrieval": 12}, '
     '"tool_llm_tokens": {}, "agent_tokens": 9, "tokens": {"retrieval": 12, "filtering": 0, "chunking": 0, '
-    '"generation": 0, "other": 0, "agent": 9}, "calls_counted": 1}, "truncated": false, "out_of_turns": false, "offered_tools": null, "out_of_context": false, "stop_message": null}'
+    '"generation": 0, "other": 0, "agent": 9}, "calls_counted": 1}, "truncated": false, "out_of_turns": false, "offered_tools": null, "out_of_context": false, "stop_message": null, '
+    '"no_answer_tag": false}'
 )
 
 
@@ -121,15 +122,16 @@ def test_every_event_type_round_trips():
 
 
 def test_lines_of_older_runs_still_read():
-    # Before statuses, usage, events, attempts, repeats and seeds, before result_doc_ids, and before accounting.
+    # Before statuses, usage, events, attempts, repeats and seeds, before result_doc_ids, before accounting, and
+    # before answer tags.
     old = json.loads(ANSWERED_LINE)
-    for key in ("status", "usage", "events", "attempts", "repeat", "seed", "accounting"):
+    for key in ("status", "usage", "events", "attempts", "repeat", "seed", "accounting", "no_answer_tag"):
         del old[key]
     del old["tool_calls"][0]["result_doc_ids"]
     del old["tool_calls"][0]["accounting"]
     task = TaskResult.from_json(old)
-    assert (task.status, task.usage, task.events, task.attempts, task.repeat, task.seed, task.accounting) == (
-        "ok", {}, [], 1, 0, None, None)
+    assert (task.status, task.usage, task.events, task.attempts, task.repeat, task.seed, task.accounting,
+            task.no_answer_tag) == ("ok", {}, [], 1, 0, None, None, False)
     assert task.tool_calls == [ToolCallRecord(**{**sparse_call().to_json(), "result_doc_ids": [], "accounting": None})]
 
 

@@ -51,6 +51,9 @@ class AgentResult:
     stop_message: str | None = None
     """What stopped the policy short of an answer, in the words of whoever stopped it: the server's context-window
     refusal as it sent it, or `llm.context_window`'s check."""
+    no_answer_tag: bool = False
+    """The policy was to tag its answer (`agent.answer_tag`) and its final message holds no complete tag: `prediction`
+    is "", as the training reward scores such a text 0."""
 
 
 class Agent(Protocol):

@@ -52,6 +52,7 @@ from rollout.agents.heuristic_reading import (
     keywords,
     plan_question,
 )
+from rollout.answer_tag import refuse_answer_tag
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.records import ToolResult
 
@@ -179,7 +180,10 @@ class _Episode:
 class HeuristicAgent:
     """Rule-based agent: decompose, search, read the best span (see the module docstring)."""
 
-    def __init__(self, max_turns: int = 4, top_k: int = 5, pipeline_max_turns: int = 10) -> None:
+    def __init__(self, max_turns: int = 4, top_k: int = 5, pipeline_max_turns: int = 10,
+                 answer_tag: str | None = None) -> None:
+        refuse_answer_tag(answer_tag, "agent=heuristic",
+                          "it writes its answer itself and reads no prompt asking for a tag")
         for name, turns in (("max_turns", max_turns), ("pipeline_max_turns", pipeline_max_turns)):
             if turns < 1:
                 raise ValueError(f"{name}={turns} must be at least 1 (the answering turn)")

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest, refused
 from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message
+from rollout.answer_tag import check_answer_tag, last_answer, system_prompt_with_answer_tag, tag_strings
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
 from rollout.events import CUT_AT_LIMIT, EventLog, LLMOutputEvent, LLMThinkingEvent
 from rollout.run_folder import spec_name
@@ -109,6 +110,12 @@ class OpenAIAgent:
     parser: with `text_tool_calls="refuse"` that stops the run (`ServerSetupError`, naming the server flag), with
     `"parse"` the call is parsed here (`rollout.agents.text_tool_calls`) and run.
 
+    The answer is the final message's short answer (`extract_answer`); with `answer_tag` (`agent.answer_tag=answer`)
+    it is the content of the last complete `<answer>…</answer>` of that reply as the model wrote it, read by the
+    training reward's own function (`rollout.answer_tag.last_answer`), and the system prompt ends with the sentence
+    asking for the tag (`system_prompt_with_answer_tag`, the text `rollout export --questions` writes too). A final
+    message without a complete tag is answered "" and flagged (`AgentResult.no_answer_tag`), as the reward scores it 0.
+
     Failures: 429, 5xx, connection errors and timeouts are retried with capped exponential backoff and
     jitter (`llm.max_retries`, `backoff_*`); a deterministic refusal or running out of retries raises
     `LLMError`, which the worker records as that task's error while the run goes on.
@@ -130,6 +137,7 @@ class OpenAIAgent:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
         retry_after_max_s: float = 60.0,
+        answer_tag: str | None = None,
     ) -> None:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ConfigError(f"agent.max_turns={max_turns!r} must be a whole number of at least 1 (the answering turn)")
@@ -141,6 +149,7 @@ class OpenAIAgent:
         self.max_turns = max_turns
         self.parallel_tool_calls = parallel_tool_calls
         self.text_tool_calls = text_tool_calls
+        self.answer_tag = check_answer_tag(answer_tag)
         self.retry = RetryPolicy.from_config(self.settings.max_retries, backoff_base_s, backoff_max_s, retry_after_max_s)
         self.client = ChatClient(self.settings, self.retry, tokenizer=tokenizer)
 
@@ -188,7 +197,7 @@ class OpenAIAgent:
 
     async def run(self, question: str, tools: TaskTools, events: EventLog, *, seed: int | None = None) -> AgentResult:
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": tools.system_prompt},
+            {"role": "system", "content": system_prompt_with_answer_tag(tools.system_prompt, self.answer_tag)},
             {"role": "user", "content": question},
         ]
         for turn in range(1, self.max_turns + 1):
@@ -222,10 +231,14 @@ class OpenAIAgent:
             ))
             messages.append(self._assistant_message(content, calls))
             if not calls:
-                answer = extract_answer(content)
+                tagged = None if self.answer_tag is None else last_answer(reply.content or "",
+                                                                           *tag_strings(self.answer_tag))
+                answer = extract_answer(content) if self.answer_tag is None else tagged or ""
                 # A last reply that only calls a tool (tool_choice="none" notwithstanding) has not answered.
                 no_answer = final and not answer and bool(reply.tool_calls or written)
-                return AgentResult(answer, turn, messages, self.settings.priced(events.usage()), out_of_turns=no_answer)
+                untagged = self.answer_tag is not None and tagged is None and not no_answer
+                return AgentResult(answer, turn, messages, self.settings.priced(events.usage()), out_of_turns=no_answer,
+                                   no_answer_tag=untagged)
             for call, arguments, problem in parsed:
                 text = problem if arguments is None else (await call_tool(tools, call.name, arguments)).text
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from rollout.agents.base import AgentResult, TaskTools, query_functions
+from rollout.answer_tag import refuse_answer_tag
 from rollout.errors import ConfigError
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.records import ToolResult
@@ -45,7 +46,10 @@ def answer_from(result: ToolResult | None) -> str:
 class SimulatedAgent:
     """`turns` policy steps of `llm_latency_s` each: a search per step, then an answer (`agent=simulated`)."""
 
-    def __init__(self, llm_latency_s: float = 0.1, turns: int = 3, call_tools: bool = True) -> None:
+    def __init__(self, llm_latency_s: float = 0.1, turns: int = 3, call_tools: bool = True,
+                 answer_tag: str | None = None) -> None:
+        refuse_answer_tag(answer_tag, "agent=simulated",
+                          "it reads its answer off a search result and no prompt asking for a tag")
         # Values arrive from command-line overrides as YAML scalars, so a typo can be any type.
         if isinstance(llm_latency_s, bool) or not isinstance(llm_latency_s, int | float) or llm_latency_s < 0:
             raise ConfigError(f"agent.llm_latency_s={llm_latency_s!r} must be a number of seconds, 0 or more")

@@ -18,6 +18,7 @@ from rollout.agents.base import AgentResult, TaskTools, call_tool
 from rollout.agents.chat_template import ChatTemplate, load_chat_template
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, plain
 from rollout.agents.tag_protocol import Step, Tag, TagProtocol
+from rollout.answer_tag import refuse_answer_tag
 from rollout.errors import ConfigError, ContextWindowExceeded
 from rollout.events import EventLog, LLMOutputEvent, LLMThinkingEvent
 
@@ -84,7 +85,11 @@ class TaggedAgent:
         backoff_max_s: float = 30.0,
         retry_after_max_s: float = 60.0,
         tokenizer: str | None = None,
+        answer_tag: str | None = None,
     ) -> None:
+        refuse_answer_tag(answer_tag, "a tagged-text agent (agent=tagged, search_r1, r1_searcher)",
+                          "its answer is already the content of its protocol's answer tag (agent.answer.open and "
+                          "agent.answer.close, <answer> and </answer> by default)")
         self.protocol = TagProtocol.from_config(
             instruction=instruction, searches=plain(searches), answer=plain(answer), information=information,
             passage=passage, strip_results=strip_results, no_results=no_results, invalid=invalid, stop=plain(stop))

@@ -4,8 +4,10 @@ The set is named the way a run names it, by Hydra overrides of rollout's own con
 dataset.questions.path=...`, `dataset.limit=`, `mode=`, `agent=`), composed as `python -m rollout` would
 compose them: the same questions, in the same order, train and evaluate. Each prompt is the conversation the
 configured agent opens with: rollout's function-calling agents send the mode's system prompt, then the
-question. Another agent (a tagged-text one, say) opens its own way: it defines
-`opening_messages(question, system_prompt) -> list[dict]`, or its prompts are refused rather than guessed.
+question; with `agent=openai agent.answer_tag=answer` the system prompt ends with the sentence asking for the tag,
+the very text the agent sends (`rollout.answer_tag.system_prompt_with_answer_tag`). Another agent (a tagged-text
+one, say) opens its own way: it defines `opening_messages(question, system_prompt) -> list[dict]`, or its prompts
+are refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from hydra.utils import get_class, instantiate
 
 from envs.http_mcp_env import DEFAULT_SYSTEM_PROMPT
+from rollout.answer_tag import system_prompt_with_answer_tag
 from rollout.errors import ConfigError, ExportError, RolloutError
 from rollout.export.formats import PromptRow
 from rollout.export.trajectories import FUNCTION_CALLING_AGENTS
@@ -23,6 +26,8 @@ from rollout.run.config import RunConfig, compose_without_corpus
 from rollout.run.dataset import QuestionSet, data_sources
 
 OpeningMessages = Callable[[str], list[dict[str, Any]]]
+LLM_AGENT = "rollout.agents.openai_agent.OpenAIAgent"
+"""The function-calling agent that needs an endpoint to be built; the others are built offline."""
 
 
 def compose_questions(overrides: Sequence[str]) -> RunConfig:
@@ -43,6 +48,9 @@ def prompt_opener(cfg: RunConfig) -> OpeningMessages:
     system_prompt = cfg.system_prompt or DEFAULT_SYSTEM_PROMPT  # what the run's environment falls back to
     target = str(cfg.agent.get("_target_"))
     if target in FUNCTION_CALLING_AGENTS:
+        if target != LLM_AGENT:  # built as a run builds it: a setting it refuses (agent.answer_tag) is refused here
+            build_agent(cfg)
+        system_prompt = system_prompt_with_answer_tag(system_prompt, cfg.agent.get("answer_tag"))
         return lambda question: [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
     try:
         has_own = callable(getattr(get_class(target), "opening_messages", None))
@@ -52,12 +60,17 @@ def prompt_opener(cfg: RunConfig) -> OpeningMessages:
         raise ExportError(f"agent {target} opens its conversations its own way and defines no opening_messages("
                           "question, system_prompt): its prompts cannot be built here. Use a function-calling "
                           "agent (agent=openai), or give the agent that method")
+    agent = build_agent(cfg)
+    return lambda question: agent.opening_messages(question, system_prompt)
+
+
+def build_agent(cfg: RunConfig) -> Any:
+    """The configured agent; one its config refuses is an ExportError with the agent's own words."""
     try:
-        agent = instantiate(cfg.agent)
+        return instantiate(cfg.agent)
     except Exception as e:  # noqa: BLE001 - the agent's own ConfigError arrives wrapped by Hydra
         cause = e.__cause__ if isinstance(e.__cause__, RolloutError) else e
-        raise ExportError(f"could not build agent {target} for its prompts: {cause}") from e
-    return lambda question: agent.opening_messages(question, system_prompt)
+        raise ExportError(f"could not build agent {cfg.agent.get('_target_')} for its prompts: {cause}") from e
 
 
 def prompt_rows(cfg: RunConfig, data_source: str | None = None) -> Iterator[PromptRow]:

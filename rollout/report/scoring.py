@@ -12,7 +12,9 @@ answers a model got wrong can be told from those it was cut off writing. Likewis
 records whose agent used all its turns without answering (`TaskResult.out_of_turns`: status ok, prediction ""), and
 `out_of_context` those whose conversation outgrew the model's context window (`TaskResult.out_of_context`): the
 agent's limits are its outcome, scored, never dropped as failures (an arm whose tools return longer text would
-otherwise lose its hardest questions and look better than it is).
+otherwise lose its hardest questions and look better than it is). A final message without the answer tag the agent
+was to write (`TaskResult.no_answer_tag`, `agent.answer_tag`) is scored as the answer "", as the training reward
+scores it 0, and the summary's warnings count those records.
 
 Repeats: a run asks each question `repeats` times (records carry `repeat`, 0-based). The metrics
 are the mean over every scored record. With more than one repeat the summary adds, per metric, a
@@ -111,6 +113,7 @@ def score_task(r: TaskResult, *, score_failed: bool = False, extra: ExtraScores 
         "truncated": r.truncated,
         "out_of_turns": r.out_of_turns,
         "out_of_context": r.out_of_context,
+        "no_answer_tag": r.no_answer_tag,
         "total_tokens": r.usage.get("total_tokens"),
         "cost_usd": r.usage.get("cost_usd"),
         "hops": r.metadata.get("hops"),
@@ -153,6 +156,7 @@ class _Tally:
         self.truncated = 0
         self.out_of_turns = 0
         self.out_of_context = 0
+        self.no_answer_tag = 0
         self.context_message: str | None = None
         self.max_repeat = -1
         self.calls: Counter[str] = Counter()
@@ -177,6 +181,7 @@ class _Tally:
         self.truncated += row["truncated"]
         self.out_of_turns += row["out_of_turns"]
         self.out_of_context += row["out_of_context"]
+        self.no_answer_tag += row["no_answer_tag"]
         if r.out_of_context and self.context_message is None:
             self.context_message = r.stop_message
         self.max_repeat = max(self.max_repeat, r.repeat)
@@ -297,6 +302,11 @@ def _warnings(tally: _Tally, tools_offered: int | None) -> list[str]:
         said = f" (the server said: {tally.context_message!r})" if tally.context_message else ""
         warnings.append(f"{tally.out_of_context} of {tally.n} tasks ran out of the model's context window and are "
                         f"scored as the answer they had{said}: {CONTEXT_FIX}")
+    if tally.no_answer_tag:
+        warnings.append(f"{tally.no_answer_tag} of {tally.n} tasks ended with no complete answer tag in the final "
+                        "message (agent.answer_tag) and are scored as the answer \"\", as the training reward scores "
+                        "them 0: read one with `rollout view RUN --wrong`; the model may not follow the system "
+                        "prompt's request for the tag")
     if tools_offered and tally.n and not tally.call_count:
         warnings.append(f"the run offered {tools_offered} tools and no task made a single tool call: the LLM server "
                         "may not pass the tools to the model (llama.cpp's server needs --jinja; vLLM "

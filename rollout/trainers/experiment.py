@@ -42,6 +42,12 @@ class TrainingExperiment:
             config = compose_without_corpus(overrides)  # the gateway serves the corpus; it is not read here
         except ConfigError as e:
             raise ConfigError(f"experiment {' '.join(overrides)}: {e}") from e
+        if (tag := config.agent.get("answer_tag")) is not None:
+            # An episode's answer is its answer tool's argument or its protocol's answer tag, never a final message.
+            raise ConfigError(f"agent.answer_tag={tag!r} reads an evaluated agent's final message; an episode here "
+                              "ends with its answer tool or its tag protocol's answer, so it cannot be honoured: drop "
+                              "it (to train on tagged answers in verl, export the prompts with it and reward with "
+                              "compute_score)")
         return cls(tuple(overrides), config)
 
     @property

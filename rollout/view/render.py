@@ -230,6 +230,8 @@ def _header(console: Console, task: TaskResult) -> None:
         run.append(" (out of turns)", style="yellow")
     if task.out_of_context:
         run.append(" (out of context)", style="yellow")
+    if task.no_answer_tag:
+        run.append(" (no answer tag)", style="yellow")
     run.append(f" · worker {task.worker_id} · attempts {task.attempts} · {task.turns} turns"
                f" · {len(task.tool_calls)} tool calls · {task.latency_s:.2f} s")
     grid.add_row("status", run)
