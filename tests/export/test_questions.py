@@ -8,11 +8,17 @@ from pathlib import Path
 import datasets
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from rollout.export.cli import main
 from rollout.records import Question
+from rollout.report.scoring import summarize
+from rollout.run_folder import iter_trajectory
+from rollout.trainers.reward import compute_score
+from rollout.view.render import render_task
+from tests.agents.chat_server import answer, tool_calls
 from tests.export.agents import INSTRUCTION
-from tests.export.conftest import BORN, CODE, SYSTEM_PROMPT
+from tests.export.conftest import BORN, CODE, SPARSE, SPARSE_ONLY, SYSTEM_PROMPT, make_run, openai_agent
 
 COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
 QUESTIONS = [BORN, CODE, Question("q-three", "Who makes textile looms?", ["Veltrix Holdings", "Veltrix"],
@@ -102,3 +108,39 @@ def test_search_r1_prompts_are_search_r1_s_own_rows(question_set, tmp_path):
     assert message["role"] == "user" and message["content"].startswith("Answer the given question. You must conduct")
     assert message["content"].endswith(f"Question: {BORN.question}\n")
     assert row["ability"] == "fact-reasoning" and row["reward_model"]["ground_truth"]["target"] == BORN.golden_answers
+
+
+def test_an_answer_tag_run_asks_and_scores_as_its_exported_prompts_and_the_reward_do(question_set, chat, tmp_path,
+                                                                                    capsys):
+    # Two tasks on a real worker and gateway with agent.answer_tag=answer: one answer tagged, one not.
+    tagged, untagged = "It is the city in the first passage. <answer> Kelmor </answer>", "Veltrix Holdings"
+    made = make_run(tmp_path / "tagged", chat, SPARSE_ONLY, openai_agent(chat.base_url, answer_tag="answer"), [
+        (BORN, [tool_calls((SPARSE, {"query": "Arlen Voss born"})), answer(tagged)]),
+        (CODE, [answer(untagged)]),
+    ])
+    out = tmp_path / "rl.jsonl"
+    assert export([*question_set, "agent=openai", "agent.answer_tag=answer"], out) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    # The exported prompt is the run's first request, whose system prompt asks for the tag.
+    assert rows[0]["prompt"] == made.requests[BORN.id][0]["messages"]
+    assert rows[0]["prompt"][0]["content"] == f"{SYSTEM_PROMPT}\n\nGive your final answer inside <answer> and </answer>."
+    born, code = made.tasks[BORN.id], made.tasks[CODE.id]
+    assert (born.status, born.prediction, born.no_answer_tag) == ("ok", "Kelmor", False)
+    assert (code.status, code.prediction, code.no_answer_tag) == ("ok", "", True)
+    assert [born.messages[-1]["content"], code.messages[-1]["content"]] == [tagged, untagged]  # kept as written
+    # Scored as verl's reward scores the same final texts, the untagged one counted in the warnings.
+    summary = summarize(iter_trajectory(made.path, full=True), mode="sparse", gateway_file=str(SPARSE_ONLY),
+                        wall_time_s=1.0)
+    rewards = [compute_score("questions", text, rows[i]["reward_model"]["ground_truth"])
+               for i, text in enumerate([tagged, untagged])]
+    assert rewards == [1.0, 0.0] and summary.metrics["exact_match"] == 0.5
+    [warning] = summary.warnings
+    assert warning.startswith("1 of 2 tasks ended with no complete answer tag in the final message")
+    console = Console(record=True, width=200)
+    render_task(console, code)  # `rollout view RUN --task q-code`
+    assert "status     ok (no answer tag)" in console.export_text()
+    # An agent that cannot honour the setting is refused here as a run refuses it, in one line naming the fix.
+    capsys.readouterr()
+    assert export([*question_set, "agent=heuristic", "agent.answer_tag=answer"], tmp_path / "refused.jsonl") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "agent=heuristic cannot honour agent.answer_tag" in err and "agent=openai" in err

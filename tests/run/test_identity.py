@@ -28,6 +28,7 @@ AXES = [
     (("agent=openai", "llm.model=model-a"), "llm.context_window=4096", "llm.context_window"),
     (("agent=openai", "llm.model=model-a"), "agent.text_tool_calls=parse", "agent.text_tool_calls"),
     (("agent=openai", "llm.model=model-a"), "agent.tokenizer=/models/qwen", "agent.tokenizer"),
+    (("agent=openai", "llm.model=model-a"), "agent.answer_tag=answer", "agent.answer_tag"),
 ]
 
 
@@ -70,6 +71,23 @@ def test_a_run_recorded_before_the_context_window_and_text_tool_call_settings_st
     parsing = compose_run_config("mode=sparse", "agent=openai", "llm.model=model-a", "agent.text_tool_calls=parse")
     assert RunIdentity(settings=identity_settings(parsing), gateway_file_sha256="g", tools={},
                        dataset={}).differences(then) == ['agent.text_tool_calls: "refuse" → "parse"']
+
+
+@pytest.mark.parametrize("agent", [("agent=openai", "llm.model=model-a"), (), ("agent=search_r1", "llm.model=m")],
+                         ids=["openai", "heuristic", "search_r1"])
+def test_a_run_recorded_before_answer_tags_still_resumes(agent):
+    # Those runs read the final message whole (agent=openai) or had no such setting: agent.answer_tag=null now.
+    cfg = compose_run_config("mode=sparse", *agent)
+    now = RunIdentity(settings=identity_settings(cfg), gateway_file_sha256="g", tools={}, dataset={})
+    assert now.settings["agent.answer_tag"] is None
+    then = RunIdentity(settings={k: v for k, v in now.settings.items() if k != "agent.answer_tag"},
+                       gateway_file_sha256="g", tools={}, dataset={})
+    assert now.differences(then) == []
+    # The same run asked to read tags is another experiment, named as such.
+    if agent and agent[0] == "agent=openai":
+        tagged = compose_run_config("mode=sparse", *agent, "agent.answer_tag=answer")
+        assert RunIdentity(settings=identity_settings(tagged), gateway_file_sha256="g", tools={},
+                           dataset={}).differences(then) == ['agent.answer_tag: null → "answer"']
 
 
 def test_scoring_settings_leave_the_identity_and_folder_alone():

@@ -55,6 +55,9 @@ def test_experiment_is_named_by_the_runs_overrides():
         TrainingExperiment.compose(["mode=sparse"]).protocol()
     with pytest.raises(ConfigError, match="mode"):
         TrainingExperiment.compose(["mode=nonexistent"])
+    # An episode ends with its answer tool or its protocol's answer: an evaluation's answer tag cannot be honoured.
+    with pytest.raises(ConfigError, match="agent.answer_tag='answer' .* cannot be honoured: drop it"):
+        TrainingExperiment.compose(["mode=sparse", "agent=openai", "agent.answer_tag=answer"])
 
 
 async def test_text_episode_steps_the_protocol_on_the_gateway_and_marks_training_calls(tmp_path):
