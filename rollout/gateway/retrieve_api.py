@@ -101,11 +101,12 @@ QUERY_TOOLS: dict[str, str] = {
 """The query tools `/retrieve` answers for, by tool name: the retriever each searches (its `/retrieve/{kind}` path)."""
 DEFAULT_MAX_PENDING = 4096
 """Queries in flight before a request waits its turn: one 2,560-query request of Search-R1's (512 prompts x 5
-samples) and room beside it, a few seconds of work."""
+samples) and room beside it."""
 DEFAULT_MAX_WAIT_S = 300.0
-"""How long a request may wait for its turn before a 429. Ordinary training load waits seconds (four trainers'
-2,560-query requests ahead of it are about ten seconds of a 2-core dense index); five minutes is far past that,
-and short of letting a gateway too slow for its load hang its trainers' steps forever."""
+"""How long a request may wait for its turn before a 429. A request waits for the ones ahead of it: with four
+trainers posting 2,560 queries each to the demo's dense index on two shared cores, the slowest waited and ran
+63 s (bench/retrieve_trainers.py). Five minutes is well past that, and short of letting a gateway too slow for its
+load hang its trainers' steps forever."""
 RETRY_AFTER_S = 1
 DOCUMENT_CACHE_SIZE = 100_000
 """Passages whose answer JSON is kept (a few hundred bytes each)."""
