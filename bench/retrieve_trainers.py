@@ -137,7 +137,8 @@ def main() -> int:
     print(f"{'':<28} | {'queries/s':>9} | {'per CPU-second':>14}")
     print(f"{f'/retrieve/dense, {args.trainers} trainers':<28} | {http_qps:>9.0f} | {http_per_cpu:>14.0f}")
     print(f"{f'search_many, {args.per_request} per call':<28} | {local_qps:>9.0f} | {local_per_cpu:>14.0f}")
-    print(f"{'ratio /retrieve / in-process':<28} | {http_qps / local_qps:>9.2f} | {http_per_cpu / local_per_cpu:>14.2f}")
+    wall, cpu = http_qps / local_qps, http_per_cpu / local_per_cpu
+    print(f"{'ratio /retrieve / in-process':<28} | {wall:>9.2f} | {cpu:>14.2f}")
     return 1 if tally.refused or tally.answered != total or recorded != total else 0
 
 
