@@ -5,7 +5,7 @@
 Serves the built-in demo knowledge base unless `--corpus` names a corpus: a FlashRAG jsonl file, or a
 folder of documents as a run's `dataset.corpus.path` takes (its .txt/.md files, search_sources scoped to it).
 MCP is at http://HOST:PORT/mcp (or /sse with `--transport sse`), the flat-parameter proxy at
-POST /proxy/tools/NAME/call, the trainers' retrieval API (Search-R1's) at POST /retrieve, the health check
+POST /proxy/tools/NAME/call, the trainers' retrieval API (Search-R1's and rLLM's) at POST /retrieve, the health check
 at /healthz. With a token (`$ROLLOUT_GATEWAY_TOKEN`
 or `--auth-token`) every route requires `Authorization: Bearer TOKEN`. Tool-call stats are recorded
 only with `--output-dir DIR` (DIR/tool_stats, with its report.json written when the gateway stops):
@@ -35,7 +35,7 @@ from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.orphan import watch_parent
 from rollout.gateway.plan import plan_gateway
-from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING
+from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING, DEFAULT_MAX_WAIT_S
 from rollout.gateway.server import DEFAULT_THREADS_PER_GROUP, build_gateway, serve
 from rollout.listen import bind_socket
 from rollout.gateway.stats import RunLedgers, StatsCollector
@@ -105,8 +105,11 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
                    help=f"worker threads each tool group's calls may use at once (default "
                         f"{DEFAULT_THREADS_PER_GROUP}): a group whose calls hang cannot starve the others")
     p.add_argument("--retrieve-max-pending", type=int, default=DEFAULT_MAX_PENDING,
-                   help=f"queries POST /retrieve works on at once; a request that would go over is answered 429 "
-                        f"with Retry-After (default {DEFAULT_MAX_PENDING})")
+                   help=f"queries POST /retrieve works on at once; a request that would go over waits its turn, "
+                        f"first come first served (default {DEFAULT_MAX_PENDING}); a request of more is answered 413")
+    p.add_argument("--retrieve-max-wait-s", type=float, default=DEFAULT_MAX_WAIT_S,
+                   help=f"seconds a POST /retrieve request may wait for its turn before it is answered 429 with "
+                        f"Retry-After (default {DEFAULT_MAX_WAIT_S:g}; 0 refuses at once)")
     p.add_argument("--tool-timeout-s", type=float, default=None,
                    help="answer a tool call still running after this many seconds with an error (outcome timeout)")
     p.add_argument("--ready-file", type=Path, help="write the MCP URL here once the port is bound")
@@ -200,6 +203,8 @@ def option_error(args: argparse.Namespace) -> str | None:
         return f"--threads-per-group must be at least 1, got {args.threads_per_group}"
     if args.retrieve_max_pending < 1:
         return f"--retrieve-max-pending must be at least 1, got {args.retrieve_max_pending}"
+    if not args.retrieve_max_wait_s >= 0:
+        return f"--retrieve-max-wait-s must be 0 or more seconds, got {args.retrieve_max_wait_s:g}"
     if not 1 <= args.default_max_docs <= MAX_DOCS_PER_CALL:
         return f"--default-max-docs must be between 1 and {MAX_DOCS_PER_CALL}, got {args.default_max_docs}"
     return None
@@ -250,7 +255,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     try:
         server = build_gateway(gateway, kb, ledgers, tool_timeout_s=args.tool_timeout_s,
                                threads_per_group=args.threads_per_group,
-                               retrieve_max_pending=args.retrieve_max_pending)
+                               retrieve_max_pending=args.retrieve_max_pending,
+                               retrieve_max_wait_s=args.retrieve_max_wait_s)
         logger.info("Gateway %s on http://%s:%d%s (%s%s)", gateway.server_name, host, port,
                     MCP_PATHS[args.transport], args.transport, ", bearer token required" if token else "")
         asyncio.run(serve(server, sock, ready_file=args.ready_file, transport=args.transport, auth_token=token))

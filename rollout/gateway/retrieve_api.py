@@ -4,6 +4,10 @@
     POST /retrieve/dense        (rag_query), /retrieve/sparse (rag_query_sparse), /retrieve/hybrid (rag_query_hybrid)
     Content-Type: application/json
     X-Task-Id: step-12          (optional; every query's ledger record carries it)
+    X-Rollout-Step: 12          (optional, an integer: the trainer's step, the ledger's `step`)
+    X-Rollout-Traffic: train    (optional: the ledger's `traffic`)
+
+The body picks the answer's shape. A list of `queries` (Search-R1, SkyRL, verl-tool):
 
     {"queries": ["who founded veltrix?", "where is kelmor?"], "topk": 3, "return_scores": true}
 
@@ -12,34 +16,47 @@ is answered as Search-R1's retrieval server answers it, one list per query, best
     {"result": [[{"document": {"id": "d1", "contents": "Veltrix Holdings\\nVeltrix ...", "title": "Veltrix Holdings",
                                "text": "Veltrix ..."}, "score": 12.3}, ...], [...]]}
 
-and without `return_scores` each item is the bare document. `contents` is `title\\ntext`, as in a FlashRAG
-corpus. Also accepted: `query` (one string) instead of `queries`, and `top_k` or `k` instead of `topk`.
-A missing or null `topk` is the gateway's `--default-top-k`; above `--max-top-k` is refused. When the
-gateway file pins `top_k` for the query tool (`fixed_params`), the pin wins over the request's `topk`, as
-it wins over an MCP client's `top_k`: two arms compared at a pinned depth stay at that depth whatever a
-trainer sends. The response header `X-Top-K` says the depth used.
+and without `return_scores` each item is the bare document. One string `query` (rLLM's search tool):
+
+    {"query": "who founded veltrix?", "top_k": 3}
+
+is answered as rLLM's retrieval servers answer one query, a flat list best first, each item with its score:
+
+    {"results": [{"id": "d1", "content": "Veltrix Holdings\\nVeltrix ...", "score": 12.3, "document": {...}}, ...]}
+
+`contents` and `content` are `title\\ntext`, as in a FlashRAG corpus; `document` (the same object as Search-R1's)
+is there for rLLM's earlier search example, which read `document.contents`. `topk`, `top_k` or `k` name the depth:
+a missing or null one is the gateway's `--default-top-k`; above `--max-top-k` is refused. When the gateway file pins
+`top_k` for the query tool (`fixed_params`), the pin wins over the request's, as it wins over an MCP client's
+`top_k`: two arms compared at a pinned depth stay at that depth whatever a trainer sends. The response header
+`X-Top-K` says the depth used.
 
 A request of N queries is one call to the index (one encode and one faiss search for a dense one), run on a
 worker thread the route holds of its own pool (`threads_per_group` slots per retriever, apart from the MCP
 tools' pools), so the event loop stays free and a flood of trainer queries cannot take the tools' slots.
 Each query is one line of `tool_stats/realtime_calls.jsonl` under the query tool's name, marked
-`"via": "retrieve"`, with the request's latency and the ids it returned.
+`"via": "retrieve"`, with the request's latency (its wait in the queue included) and the ids it returned.
 
-At most `max_pending` queries are in flight at once (`--retrieve-max-pending`); a request that would go
-over is answered 429 with `Retry-After` before any of its queries runs, so a query is either answered
-and recorded once or refused whole, never dropped. The route gets the proxy's Host/Origin checks and the
-gateway's bearer token; its body may be up to `MAX_BODY_BYTES` (8 MiB: 512 queries at the longest
-`max_query_chars` fit with room to spare).
+At most `max_pending` queries are in flight at once (`--retrieve-max-pending`, default 4096). A request that
+would go over waits its turn, first come first served (`rollout.gateway.retrieve_queue`), for at most
+`max_wait_s` (`--retrieve-max-wait-s`, default 300 s); one still waiting then is answered 429 with
+`Retry-After`. Search-R1's client neither retries nor (in its own code) times out: a refusal fails the training
+step, so the gateway waits for it instead, bounded so that a gateway far too slow for its load says so. A
+request whose client goes away while it waits leaves the queue. So a query is either answered and recorded
+once or refused whole with its request, never dropped. The route gets the proxy's Host/Origin checks and the
+gateway's bearer token; its body may be up to `MAX_BODY_BYTES` (32 MiB: 2,560 queries of the longest
+`max_query_chars` fit even with every character written as a `\\uXXXX` escape, as Python's `json` and `requests`
+write non-ASCII text).
 
 | status | when |
 |---|---|
-| 200 | `{"result": [...]}` |
-| 400 | the body is not a JSON object, an unknown key, a bad `topk`, empty `queries`, `queries` and `query` both, a bad query |
+| 200 | `{"result": [...]}` for `queries`, `{"results": [...]}` for one `query` |
+| 400 | the body is not a JSON object, an unknown key, a bad `topk`, empty `queries`, `queries` and `query` both, a bad query, an `X-Rollout-Step` that is not an integer |
 | 403 / 421 | the Origin / Host header is not one this gateway serves |
 | 404 | the gateway serves no query tool, or not the one the path names |
 | 413 | the body is over `MAX_BODY_BYTES`, or holds more queries than `max_pending` |
 | 415 | the Content-Type is not JSON |
-| 429 | `max_pending` queries are in flight; retry after `Retry-After` seconds |
+| 429 | still waiting for its turn after `max_wait_s`; retry after `Retry-After` seconds |
 | 500 | the index failed (its queries are recorded with outcome `tool_error`) |
 """
 
@@ -52,7 +69,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
@@ -64,9 +81,11 @@ from envs.mcp_transport import describe
 from rollout.errors import ConfigError
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.proxy import HEADER_ATTEMPT, HEADER_CALL_ID, HEADER_TASK_ID, HEADER_WORKER_ID
+from rollout.gateway.retrieve_queue import QueryQueue
 from rollout.gateway.stats import CallStat, StatsCollector, ledger_lines
 from rollout.gateway.tool_params import _on_daemon_thread
 from rollout.records import Passage
+from rollout.wire import HEADER_STEP, HEADER_TRAFFIC
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +100,24 @@ QUERY_TOOLS: dict[str, str] = {
 }
 """The query tools `/retrieve` answers for, by tool name: the retriever each searches (its `/retrieve/{kind}` path)."""
 DEFAULT_MAX_PENDING = 4096
-"""Queries in flight before a request is answered 429: eight 512-query batches, a few seconds of work."""
+"""Queries in flight before a request waits its turn: one 2,560-query request of Search-R1's (512 prompts x 5
+samples) and room beside it."""
+DEFAULT_MAX_WAIT_S = 300.0
+"""How long a request may wait for its turn before a 429. A request waits for the ones ahead of it: with four
+trainers posting 2,560 queries each to the demo's dense index on two shared cores, the slowest waited and ran
+63 s (bench/retrieve_trainers.py). Five minutes is well past that, and short of letting a gateway too slow for its
+load hang its trainers' steps forever."""
 RETRY_AFTER_S = 1
 DOCUMENT_CACHE_SIZE = 100_000
 """Passages whose answer JSON is kept (a few hundred bytes each)."""
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""2,560 queries of 2,000 characters each (`KnowledgeBase.max_query_chars`) written with every character a `\\uXXXX`
+escape (6 bytes: Python's `json` and `requests` write non-ASCII text so) are 30.7 MB."""
 _QUERY_KEYS = ("queries", "query")
 _TOPK_KEYS = ("topk", "top_k", "k")
 _KEYS = (*_QUERY_KEYS, *_TOPK_KEYS, "return_scores")
+AnswerShape = Literal["search_r1", "rllm"]
+"""Search-R1's `{"result": [[...], ...]}` (for `queries`) or rLLM's `{"results": [...]}` (for one `query`)."""
 _EXAMPLE = 'e.g. {"queries": ["..."], "topk": 3, "return_scores": true}'
 
 
@@ -109,6 +138,41 @@ class RetrieveRequest:
     topk: int | None
     """None: the gateway's default (or the pinned top_k)."""
     return_scores: bool
+    """Search-R1's answer only: each item `{"document", "score"}` rather than the bare document. rLLM's answer
+    always has the scores."""
+    shape: AnswerShape = "search_r1"
+    """rLLM's answer for a request of one string `query`, Search-R1's for a list of `queries`."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMarks:
+    """What a request's headers say of its queries, for their ledger records."""
+
+    call_id: str
+    """`X-Call-Id`, or a new id: query i of the request is recorded as `CALL_ID:i`."""
+    task_id: str | None
+    worker_id: str | None
+    attempt: int | None
+    traffic: str | None
+    """`X-Rollout-Traffic` (e.g. "train"); None when not sent."""
+    step: int | None
+    """`X-Rollout-Step`, the trainer's step number; None when not sent."""
+
+    @classmethod
+    def of(cls, headers: Headers) -> LedgerMarks:
+        """The marks of `headers`; a `Refused` (400) for an `X-Rollout-Step` that is not an integer."""
+        step = headers.get(HEADER_STEP)
+        if step is not None:
+            try:
+                step = int(step)
+            except ValueError:
+                raise Refused(400, f"the {HEADER_STEP} header must be an integer (the trainer's step number), "
+                                   f"got {step!r}") from None
+        attempt = headers.get(HEADER_ATTEMPT)
+        return cls(call_id=headers.get(HEADER_CALL_ID) or uuid.uuid4().hex, task_id=headers.get(HEADER_TASK_ID),
+                   worker_id=headers.get(HEADER_WORKER_ID),
+                   attempt=int(attempt) if attempt and attempt.isdigit() else None,
+                   traffic=headers.get(HEADER_TRAFFIC) or None, step=step)
 
 
 @dataclass(slots=True)
@@ -136,10 +200,11 @@ def parse_request(raw: bytes, max_top_k: int) -> RetrieveRequest:
         raise Refused(400, f"unknown key {unknown[0]!r}: send queries (or query), topk (or top_k, k) and return_scores")
     if all(key in body for key in _QUERY_KEYS):
         raise Refused(400, "send queries (a list) or query (one string), not both")
+    shape: AnswerShape = "search_r1"
     if "query" in body:
         if not isinstance(body["query"], str):
             raise Refused(400, "query must be one string; send several as queries: [...]")
-        queries = [body["query"]]
+        queries, shape = [body["query"]], "rllm"
     elif "queries" in body:
         queries = body["queries"]
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
@@ -157,7 +222,7 @@ def parse_request(raw: bytes, max_top_k: int) -> RetrieveRequest:
     scores = body.get("return_scores", False)
     if not isinstance(scores, bool):
         raise Refused(400, f"return_scores must be true or false, got {scores!r}")
-    return RetrieveRequest(queries, topk, scores)
+    return RetrieveRequest(queries, topk, scores, shape)
 
 
 Ranked = list[list[tuple[int, float]]]
@@ -193,6 +258,16 @@ def answer_body(ranked: Ranked, return_scores: bool, documents: DocumentCache) -
     return ('{"result": [' + ", ".join(f"[{items}]" for items in lists) + "]}").encode()
 
 
+def rllm_answer_body(rows: list[tuple[int, float]], passages: Sequence[Passage]) -> bytes:
+    """`{"results": [...]}` as rLLM's retrieval servers answer one query: each item its passage's `id`, `content`
+    (`title\\ntext`) and `score` (what rLLM's search tool reads), and the `document` Search-R1 answers with."""
+    results = []
+    for row, score in rows:
+        doc = document(passages[row])
+        results.append({"id": doc["id"], "content": doc["contents"], "score": score, "document": doc})
+    return json.dumps({"results": results}).encode()
+
+
 @dataclass(slots=True)
 class RetrieveApi:
     """The `/retrieve` routes of one gateway: its query tools in gateway-file order, the first answering `/retrieve`."""
@@ -201,8 +276,9 @@ class RetrieveApi:
     routes: list[QueryRoute]
     collector: StatsCollector | None = None
     max_pending: int = DEFAULT_MAX_PENDING
-    pending: int = 0
-    """Queries accepted and not yet answered."""
+    max_wait_s: float = DEFAULT_MAX_WAIT_S
+    queue: QueryQueue = field(init=False)
+    """The queries in flight and the requests waiting for their turn."""
     _security: TransportSecurityMiddleware = field(default_factory=lambda: TransportSecurityMiddleware(None))
     _documents: DocumentCache | None = None
 
@@ -210,59 +286,72 @@ class RetrieveApi:
         self._documents = DocumentCache(self.kb.passages)
         if isinstance(self.max_pending, bool) or not isinstance(self.max_pending, int) or self.max_pending < 1:
             raise ConfigError(f"--retrieve-max-pending must be a positive number of queries, got {self.max_pending!r}")
+        wait = self.max_wait_s
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:  # NaN too
+            raise ConfigError(f"--retrieve-max-wait-s must be a number of seconds, 0 or more, got {self.max_wait_s!r}")
+        self.queue = QueryQueue(self.max_pending, float(self.max_wait_s))
 
     @classmethod
     def for_tools(cls, kb: KnowledgeBase, tools: Sequence[tuple[str, Mapping[str, Any]]], threads: int,
-                  collector: StatsCollector | None = None, max_pending: int = DEFAULT_MAX_PENDING) -> RetrieveApi:
+                  collector: StatsCollector | None = None, max_pending: int = DEFAULT_MAX_PENDING,
+                  max_wait_s: float = DEFAULT_MAX_WAIT_S) -> RetrieveApi:
         """The routes of the served tools (name, pinned params) that are query tools; `threads` worker slots each."""
         routes = [QueryRoute(name, QUERY_TOOLS[name], dict(pins), anyio.CapacityLimiter(threads))
                   for name, pins in tools if name in QUERY_TOOLS]
-        return cls(kb, routes, collector, max_pending)
+        return cls(kb, routes, collector, max_pending, max_wait_s)
 
     def protect(self, security: TransportSecuritySettings | None) -> None:
         """Check Host/Origin as the app's MCP transport does."""
         self._security = TransportSecurityMiddleware(security)
 
     async def handle(self, request: Request) -> Response:
+        started, t0 = time.time(), time.perf_counter()
         try:
             route = self._route(request.path_params.get("retriever"))
             await self._check_headers(request)
+            marks = LedgerMarks.of(request.headers)
             parsed = parse_request(await _body(request), self.kb.max_top_k)
             queries = [self._query(route, i, q) for i, q in enumerate(parsed.queries)]
-            self._admit(len(queries))
+            await self._admit(request, len(queries))
         except Refused as e:
             return JSONResponse({"error": str(e)}, status_code=e.status, headers=e.headers)
+        except _ClientGone:
+            logger.debug("A /retrieve client went away while its %d queries waited their turn", len(queries))
+            return Response(status_code=499)  # nobody reads it: the connection is closed
         try:
-            return await self._answer(request, route, queries, parsed)
+            return await self._answer(route, queries, parsed, marks, started, t0)
         finally:
-            self.pending -= len(queries)
+            self.queue.release(len(queries))
 
-    async def _answer(self, request: Request, route: QueryRoute, queries: list[str], parsed: RetrieveRequest) -> Response:
+    async def _answer(self, route: QueryRoute, queries: list[str], parsed: RetrieveRequest, marks: LedgerMarks,
+                      started: float, t0: float) -> Response:
         k = route.pins.get("top_k", parsed.topk)
         k = self.kb.default_top_k if k is None else k
-        started, t0 = time.time(), time.perf_counter()
-        work = functools.partial(self._work, request.headers, route, queries, k, parsed.return_scores, started, t0)
+        work = functools.partial(self._work, route, queries, k, parsed, marks, started, t0)
         try:
             async with route.limiter:
                 body, lines = await _on_daemon_thread(work)
         except Exception as e:  # the index failed: its queries are recorded, the trainer told
             logger.warning("/retrieve on the %s index failed: %s", route.retriever, describe(e))
             if self.collector is not None:
-                self.collector.append(ledger_lines(self._stats(request.headers, route, queries, started, t0, None,
+                self.collector.append(ledger_lines(self._stats(route, queries, marks, started, t0, None,
                                                                f"{type(e).__name__}: {e}")))
             return JSONResponse({"error": f"the {route.retriever} index failed: {describe(e)}"}, status_code=500)
         if self.collector is not None:
             self.collector.append(lines)
         return Response(body, media_type="application/json", headers={"X-Top-K": str(k)})
 
-    def _work(self, headers: Headers, route: QueryRoute, queries: list[str], k: int, return_scores: bool,
+    def _work(self, route: QueryRoute, queries: list[str], k: int, parsed: RetrieveRequest, marks: LedgerMarks,
               started: float, t0: float) -> tuple[bytes, str]:
         """On a worker thread: one search of the index for all the queries, then the answer and its ledger lines
         (for hundreds of queries, milliseconds of JSON the event loop does not wait for)."""
         assert self._documents is not None
         _, ranked = self.kb.search_rows(route.retriever, queries, k)
-        body = answer_body(ranked, return_scores, self._documents)
-        return body, ledger_lines(self._stats(headers, route, queries, started, t0, ranked, None))
+        if parsed.shape == "rllm":
+            body = rllm_answer_body(ranked[0], self.kb.passages)
+        else:
+            body = answer_body(ranked, parsed.return_scores, self._documents)
+        return body, ledger_lines(self._stats(route, queries, marks, started, t0, ranked, None))
 
     def _route(self, retriever: str | None) -> QueryRoute:
         if not self.routes:
@@ -294,34 +383,53 @@ class RetrieveApi:
         except ValueError as e:
             raise Refused(400, f"queries[{i}]: {e}") from None
 
-    def _admit(self, n: int) -> None:
-        """Count `n` queries in flight, or refuse them all: 413 when they could never fit, 429 when not now."""
+    async def _admit(self, request: Request, n: int) -> None:
+        """Count `n` queries in flight, at once or after waiting their turn: 413 when they could never fit, 429
+        when their turn has not come after `max_wait_s`, `_ClientGone` when the client left while they waited."""
         if n > self.max_pending:
             raise Refused(413, f"{n} queries in one request, over this gateway's {self.max_pending} in flight "
                                "(--retrieve-max-pending): split the request or raise the bound")
-        if self.pending + n > self.max_pending:
-            raise Refused(429, f"{self.pending} queries are in flight and this gateway takes at most {self.max_pending} "
-                               f"(--retrieve-max-pending): retry after {RETRY_AFTER_S} s",
+        admission = await self.queue.acquire(n, functools.partial(_client_gone, request))
+        if admission == "gone":
+            raise _ClientGone
+        if admission == "timed_out":
+            logger.warning("/retrieve refused %d queries that waited %g s for their turn (--retrieve-max-wait-s)",
+                           n, self.max_wait_s)
+            raise Refused(429, f"{n} queries waited {self.max_wait_s:g} s for their turn behind {self.queue.in_flight} "
+                               f"in flight (at most {self.max_pending} at once, --retrieve-max-pending): retry after "
+                               f"{RETRY_AFTER_S} s, or let requests wait longer with --retrieve-max-wait-s",
                           {"Retry-After": str(RETRY_AFTER_S)})
-        self.pending += n  # on the event loop, with no await since the check: no other request counts in between
 
-    def _stats(self, headers: Headers, route: QueryRoute, queries: list[str], started: float, t0: float,
+    def _stats(self, route: QueryRoute, queries: list[str], marks: LedgerMarks, started: float, t0: float,
                ranked: Ranked | None, error: str | None) -> list[CallStat]:
         """One ledger record per query, each with the request's latency so far."""
         duration_ms = (time.perf_counter() - t0) * 1000.0
         passages = self.kb.passages
-        call_id = headers.get(HEADER_CALL_ID) or uuid.uuid4().hex
-        attempt = headers.get(HEADER_ATTEMPT)
         return [
             CallStat(
-                call_id=f"{call_id}:{i}", tool_name=route.tool, task_id=headers.get(HEADER_TASK_ID),
-                worker_id=headers.get(HEADER_WORKER_ID), ok=error is None,
+                call_id=f"{marks.call_id}:{i}", tool_name=route.tool, task_id=marks.task_id,
+                worker_id=marks.worker_id, ok=error is None,
                 outcome="ok" if error is None else "tool_error", error=error, duration_ms=duration_ms,
                 timestamp=started, result_ids=[] if ranked is None else [passages[row].id for row, _ in ranked[i]],
-                attempt=int(attempt) if attempt and attempt.isdigit() else None, via=VIA,
+                attempt=marks.attempt, via=VIA, traffic=marks.traffic, step=marks.step,
             )
             for i in range(len(queries))
         ]
+
+
+class _ClientGone(Exception):
+    """The client closed its connection while its request waited for its turn."""
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has closed its connection. The body has been read, so the next message the server
+    has for this request is its disconnect."""
+    try:
+        while (await request.receive()).get("type") != "http.disconnect":
+            await anyio.sleep(0.1)  # a server that answers at once with an empty body: ask again, without spinning
+    except Exception as e:  # noqa: BLE001 - a server that cannot say: the request waits for its turn alone
+        logger.debug("Cannot watch a waiting /retrieve client for its disconnect: %s", describe(e))
+        await anyio.sleep_forever()
 
 
 _TOO_LARGE = f"the body is over {MAX_BODY_BYTES} bytes: split the queries over several requests"

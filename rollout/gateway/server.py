@@ -23,7 +23,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.metering import CallAccountant
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.registry import ToolRegistry, tool_description
-from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING, RetrieveApi
+from rollout.gateway.retrieve_api import DEFAULT_MAX_PENDING, DEFAULT_MAX_WAIT_S, RetrieveApi
 from rollout.gateway.runs_api import RunsApi
 from rollout.gateway.stats import RunLedgers, StatsCollector, ToolStatsMiddleware
 from rollout.gateway.timeout import CallTimeout
@@ -53,7 +53,7 @@ def build_gateway(
     gateway: GatewayFile, kb: KnowledgeBase, stats: StatsCollector | RunLedgers | None = None, *,
     tool_timeout_s: float | None = None, registry: ToolRegistry | None = None,
     threads_per_group: int = DEFAULT_THREADS_PER_GROUP, retrieve_max_pending: int = DEFAULT_MAX_PENDING,
-    serve_runs: bool = True,
+    retrieve_max_wait_s: float = DEFAULT_MAX_WAIT_S, serve_runs: bool = True,
 ) -> GatewayServer:
     """An MCPServer with only the configured tools (local and upstream), stats middleware, /healthz and the proxy.
 
@@ -65,7 +65,8 @@ def build_gateway(
     a group whose calls hang fills its own slots only, and with `tool_timeout_s` a call waiting for a slot
     (or holding one) answers `timeout` and gives it back. Upstream sessions open when the server runs
     (`serve`, `make_uvicorn`, or `server.running()`). Trainers' `POST /retrieve` requests run on pools of the
-    same size of their own, at most `retrieve_max_pending` queries at once (`rollout.gateway.retrieve_api`).
+    same size of their own, at most `retrieve_max_pending` queries at once; a request past that waits its turn up
+    to `retrieve_max_wait_s` seconds (`rollout.gateway.retrieve_api`).
     """
     if threads_per_group < 1:
         raise ConfigError(f"threads per tool group must be at least 1, got {threads_per_group}")
@@ -121,7 +122,8 @@ def build_gateway(
 
     tool_names = [t.fn.__name__ for t in plan.tools]
     server.serve_retrieval(RetrieveApi.for_tools(kb, [(t.fn.__name__, t.fixed_params) for t in plan.tools],
-                                                 threads_per_group, ledgers.default, retrieve_max_pending))
+                                                 threads_per_group, ledgers.default, retrieve_max_pending,
+                                                 retrieve_max_wait_s))
     if serve_runs:
         server.serve_runs(RunsApi(ledgers))
 

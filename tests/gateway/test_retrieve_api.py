@@ -1,4 +1,5 @@
-"""POST /retrieve over a real gateway on loopback: Search-R1's request and answer, batching, the ledger, the bound."""
+"""POST /retrieve over a real gateway on loopback: Search-R1's and rLLM's requests and answers, batching, the
+ledger and its training marks, the bound and the queue past it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 
 from rollout.gateway.__main__ import option_error, parse_args
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.gateway.retrieve_api import MAX_BODY_BYTES
+from rollout.gateway.retrieve_api import MAX_BODY_BYTES, RetrieveApi
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.records import Passage
@@ -55,15 +57,23 @@ class SpyRetriever:
 
 
 @contextlib.contextmanager
-def served(kb: KnowledgeBase, run_dir: Path, *modules: dict, **options: Any) -> Iterator[str]:
-    """A gateway with `build_gateway` options (e.g. `retrieve_max_pending`) and its ledger in run_dir/tool_stats."""
+def served_api(kb: KnowledgeBase, run_dir: Path, *modules: dict, **options: Any) -> Iterator[tuple[str, RetrieveApi]]:
+    """A gateway with `build_gateway` options (e.g. `retrieve_max_pending`) and its ledger in run_dir/tool_stats:
+    its URL and its `/retrieve` routes (whose queue a test may watch)."""
     collector = StatsCollector(run_dir / "tool_stats")
     try:
-        with serving(make_uvicorn(build_gateway(gateway_file(*(modules or [SPARSE_MODULE])), kb, collector,
-                                                **options))) as base:
-            yield base
+        server = build_gateway(gateway_file(*(modules or [SPARSE_MODULE])), kb, collector, **options)
+        assert server.retrieval is not None
+        with serving(make_uvicorn(server)) as base:
+            yield base, server.retrieval
     finally:
         collector.close()
+
+
+@contextlib.contextmanager
+def served(kb: KnowledgeBase, run_dir: Path, *modules: dict, **options: Any) -> Iterator[str]:
+    with served_api(kb, run_dir, *modules, **options) as (base, _):
+        yield base
 
 
 def retrieve(base: str, body: Any, path: str = "/retrieve", **headers: str) -> httpx.Response:
@@ -103,11 +113,31 @@ def test_without_return_scores_each_item_is_the_bare_document(sparse):
     assert bare == [[item["document"] for item in items] for items in with_scores]
 
 
-@pytest.mark.parametrize("body", [{"query": QUERIES[0], "topk": 2}, {"queries": [QUERIES[0]], "top_k": 2},
-                                  {"queries": [QUERIES[0]], "k": 2}])
-def test_one_query_string_and_the_top_k_and_k_aliases(sparse, body):
+@pytest.mark.parametrize("body", [{"queries": [QUERIES[0]], "top_k": 2}, {"queries": [QUERIES[0]], "k": 2}])
+def test_the_top_k_and_k_aliases(sparse, body):
     expected = retrieve(sparse, {"queries": [QUERIES[0]], "topk": 2}).json()
     assert retrieve(sparse, body).json() == expected and len(expected["result"]) == 1
+
+
+def test_one_query_string_gets_rllms_answer_as_its_search_tool_reads_it(sparse):
+    """rLLM's search tool posts {"query", "top_k"} and reads results[j]["id"], ["content"] and ["score"] (its
+    earlier search example read ["document"]["id"] and ["document"]["contents"])."""
+    for query in QUERIES:
+        r = retrieve(sparse, {"query": query, "top_k": 2})
+        assert r.status_code == 200 and r.headers["X-Top-K"] == "2"
+        answer = r.json()
+        assert list(answer) == ["results"]
+        results = answer["results"]
+        hits = httpx.post(f"{sparse}/proxy/tools/{TOOL}/call", json={"query": query, "top_k": 2},
+                          timeout=30).json()["structured_content"]["results"]
+        assert hits, f"{query!r} should match a passage, or the comparison proves nothing"
+        assert [(x["id"], x["content"], x["score"]) for x in results] == [
+            (h["id"], f"{h['title']}\n{h['text']}", h["score"]) for h in hits]
+        assert [list(x) for x in results] == [["id", "content", "score", "document"]] * len(hits)
+        search_r1 = retrieve(sparse, {"queries": [query], "topk": 2, "return_scores": True}).json()["result"][0]
+        assert [x["document"] for x in results] == [item["document"] for item in search_r1]
+    assert retrieve(sparse, {"query": QUERIES[0], "k": 2, "return_scores": False}).json() == retrieve(
+        sparse, {"query": QUERIES[0], "top_k": 2}).json()
 
 
 def eight_passages() -> list[Passage]:
@@ -181,9 +211,9 @@ def test_a_route_per_retriever_and_retrieve_is_the_files_first_query_tool(three_
     module = {"resource_type": "rag", "tool_groups": ["rag_query_hybrid", "rag_query", "rag_query_sparse"]}
     tools = {"dense": "query_knowledge_base_dense", "sparse": TOOL, "hybrid": "query_knowledge_base_hybrid"}
     with served(three_retrievers, tmp_path, module) as base:
-        first = retrieve(base, {"query": "Who makes looms?", "topk": 3, "return_scores": True}).json()
-        by_route = {kind: retrieve(base, {"query": "Who makes looms?", "topk": 3, "return_scores": True},
-                                   f"/retrieve/{kind}").json() for kind in tools}
+        body = {"queries": ["Who makes looms?"], "topk": 3, "return_scores": True}
+        first = retrieve(base, body).json()
+        by_route = {kind: retrieve(base, body, f"/retrieve/{kind}").json() for kind in tools}
         for kind, tool in tools.items():
             mcp = httpx.post(f"{base}/proxy/tools/{tool}/call", json={"query": "Who makes looms?", "top_k": 3},
                              timeout=30).json()["structured_content"]["results"]
@@ -204,13 +234,19 @@ def test_404_names_the_fix_for_an_unserved_retriever_and_for_a_gateway_without_a
     assert r.status_code == 404 and "add rag_query_sparse" in r.json()["error"]
 
 
-def test_a_512_query_request_of_long_queries_is_answered_whole_and_recorded_once_each(sparse, tmp_path):
-    queries = [f"{i} " + ("Veltrix looms " * 200)[:1990] for i in range(512)]
-    r = retrieve(sparse, {"queries": queries, "topk": 3})
+def test_a_2560_query_request_of_the_longest_queries_is_answered_whole_and_recorded_once_each(sparse, tmp_path):
+    """Search-R1's largest request (512 prompts x 5 samples), each query as long as the gateway allows and written
+    as Python's `json` and `requests` write non-ASCII text, every character of it a 6-byte escape."""
+    queries = [f"Veltrix {i:04} " + "ж" * 1987 for i in range(2560)]
+    raw = json.dumps({"queries": queries, "topk": 3}).encode()
+    assert len(raw) > 30_000_000 and {len(q) for q in queries} == {2000}
+    r = httpx.post(f"{sparse}/retrieve", content=raw, headers={"Content-Type": "application/json",
+                                                               "X-Call-Id": "big"}, timeout=120)
     assert r.status_code == 200
     result = r.json()["result"]
-    assert len(result) == 512 and all(items and items[0]["id"] == "d1" for items in result)
-    assert len([x for x in ledger(tmp_path) if x.get("via") == "retrieve"]) == 512
+    assert len(result) == 2560 and all(items and items[0]["id"] == "d1" for items in result)
+    records = ledger(tmp_path)
+    assert sorted(x["call_id"] for x in records) == sorted(f"big:{i}" for i in range(2560))
 
 
 def test_64_concurrent_requests_are_all_answered(sparse, tmp_path):
@@ -224,29 +260,119 @@ def test_64_concurrent_requests_are_all_answered(sparse, tmp_path):
     assert len(ledger(tmp_path)) == 64
 
 
-def test_past_the_bound_429_with_retry_after_and_every_accepted_query_answered_once(tmp_path):
+def post_in_thread(client: httpx.Client, url: str, queries: list[str], call_id: str,
+                   answers: dict[str, httpx.Response | Exception]) -> threading.Thread:
+    """POST `queries` to `url` on a thread of its own; its response (or the exception) lands in answers[call_id]."""
+    def send() -> None:
+        try:
+            answers[call_id] = client.post(url, json={"queries": queries, "topk": 1}, headers={"X-Call-Id": call_id})
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            answers[call_id] = e
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.01)
+
+
+def test_past_the_bound_requests_wait_their_turn_first_come_first_served_and_are_all_answered_once(tmp_path):
     gate = threading.Event()
     spy = SpyRetriever(BM25Retriever.build(PASSAGES), gate)
-    with served(KnowledgeBase(PASSAGES, {"sparse": spy}), tmp_path, retrieve_max_pending=4) as base:
-        with httpx.Client(timeout=60) as client, contextlib.ExitStack() as stack:
-            stack.callback(gate.set)
-            held: list[httpx.Response] = []
-            first = threading.Thread(target=lambda: held.append(
-                client.post(f"{base}/retrieve", json={"queries": QUERIES, "topk": 1})))
-            first.start()
-            assert spy.entered.wait(60)  # three queries in flight, held in the index
-            refused = client.post(f"{base}/retrieve", json={"queries": QUERIES[:2], "topk": 1})
-            too_many = client.post(f"{base}/retrieve", json={"queries": QUERIES + QUERIES[:2], "topk": 1})
-            gate.set()
-            first.join(60)
-            retried = client.post(f"{base}/retrieve", json={"queries": QUERIES[:2], "topk": 1})
-    assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
-    assert "--retrieve-max-pending" in refused.json()["error"]
+    kb = KnowledgeBase(PASSAGES, {"sparse": spy})
+    requests = {"first": QUERIES, "big": [*QUERIES, "Kelmor"], "small": ["Voss"], "two": QUERIES[:2]}
+    answers: dict[str, httpx.Response | Exception] = {}
+    with served_api(kb, tmp_path, retrieve_max_pending=4) as (base, api), \
+            httpx.Client(timeout=60, limits=httpx.Limits(max_connections=8)) as client, \
+            contextlib.ExitStack() as stack:
+        stack.callback(gate.set)
+        threads = [post_in_thread(client, f"{base}/retrieve", requests["first"], "first", answers)]
+        assert spy.entered.wait(30)  # three queries in flight, held in the index
+        queued = 0
+        for name in ("big", "small", "two"):  # four queries, over the bound; then one that would fit but came later
+            threads.append(post_in_thread(client, f"{base}/retrieve", requests[name], name, answers))
+            queued += len(requests[name])
+            wait_for(lambda n=queued: api.queue.queued == n, f"{queued} queries queued")
+        too_many = client.post(f"{base}/retrieve", json={"queries": [*QUERIES, *QUERIES[:2]], "topk": 1})
+        gate.set()
+        for thread in threads:
+            thread.join(60)
+        assert (api.queue.in_flight, api.queue.queued) == (0, 0)
     assert too_many.status_code == 413 and "split the request" in too_many.json()["error"]
-    assert held[0].status_code == 200 and len(held[0].json()["result"]) == 3
-    assert retried.status_code == 200
-    assert spy.calls == [QUERIES, QUERIES[:2]]
-    assert len(ledger(tmp_path)) == 5
+    for name, queries in requests.items():
+        answer = answers[name]
+        assert isinstance(answer, httpx.Response) and answer.status_code == 200, f"{name}: {answer}"
+        assert len(answer.json()["result"]) == len(queries)
+    assert spy.calls[:2] == [requests["first"], requests["big"]]  # the small one did not overtake the big one
+    assert sorted(map(tuple, spy.calls[2:])) == sorted([tuple(requests["small"]), tuple(requests["two"])])
+    assert sorted(x["call_id"] for x in ledger(tmp_path)) == sorted(
+        f"{name}:{i}" for name, queries in requests.items() for i in range(len(queries)))
+
+
+def test_still_waiting_after_the_max_wait_429_with_retry_after_and_no_ledger_line(tmp_path):
+    gate = threading.Event()
+    spy = SpyRetriever(BM25Retriever.build(PASSAGES), gate)
+    answers: dict[str, httpx.Response | Exception] = {}
+    with served_api(KnowledgeBase(PASSAGES, {"sparse": spy}), tmp_path, retrieve_max_pending=4,
+                    retrieve_max_wait_s=0.2) as (base, api), httpx.Client(timeout=60) as client, \
+            contextlib.ExitStack() as stack:
+        stack.callback(gate.set)
+        first = post_in_thread(client, f"{base}/retrieve", QUERIES, "first", answers)
+        assert spy.entered.wait(30)
+        refused = client.post(f"{base}/retrieve", json={"queries": QUERIES[:2], "topk": 1},
+                              headers={"X-Call-Id": "refused"})
+        assert (api.queue.in_flight, api.queue.queued) == (3, 0)
+        gate.set()
+        first.join(60)
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+    error = refused.json()["error"]
+    assert "waited 0.2 s for their turn" in error and "--retrieve-max-wait-s" in error
+    assert spy.calls == [QUERIES]
+    assert sorted(x["call_id"] for x in ledger(tmp_path)) == ["first:0", "first:1", "first:2"]
+
+
+def test_a_request_whose_client_leaves_while_it_waits_leaves_the_queue_and_frees_nothing_it_did_not_take(tmp_path):
+    gate = threading.Event()
+    spy = SpyRetriever(BM25Retriever.build(PASSAGES), gate)
+    answers: dict[str, httpx.Response | Exception] = {}
+    with served_api(KnowledgeBase(PASSAGES, {"sparse": spy}), tmp_path, retrieve_max_pending=4) as (base, api), \
+            httpx.Client(timeout=60) as client, contextlib.ExitStack() as stack:
+        stack.callback(gate.set)
+        first = post_in_thread(client, f"{base}/retrieve", QUERIES, "first", answers)
+        assert spy.entered.wait(30)
+        with httpx.Client(timeout=0.3) as impatient, pytest.raises(httpx.ReadTimeout):
+            impatient.post(f"{base}/retrieve", json={"queries": QUERIES[:2], "topk": 1}, headers={"X-Call-Id": "gone"})
+        wait_for(lambda: api.queue.queued == 0, "the queue drop the request whose client left")
+        assert api.queue.in_flight == 3
+        gate.set()
+        first.join(60)
+        whole = client.post(f"{base}/retrieve", json={"queries": [*QUERIES, "Kelmor"], "topk": 1},
+                            headers={"X-Call-Id": "whole"})  # the whole bound: only if nothing leaked
+        assert (api.queue.in_flight, api.queue.queued) == (0, 0)
+    assert answers["first"].status_code == 200 and whole.status_code == 200
+    assert spy.calls == [QUERIES, [*QUERIES, "Kelmor"]]
+    assert sorted(x["call_id"] for x in ledger(tmp_path)) == sorted(
+        [f"first:{i}" for i in range(3)] + [f"whole:{i}" for i in range(4)])
+
+
+def test_the_step_and_traffic_headers_land_in_the_ledger_and_a_bad_step_is_a_400(sparse, tmp_path):
+    marked = retrieve(sparse, {"queries": QUERIES[:2]}, **{"X-Rollout-Step": "17", "X-Rollout-Traffic": "train",
+                                                            "X-Call-Id": "marked"})
+    plain = retrieve(sparse, {"query": QUERIES[0]}, **{"X-Call-Id": "plain"})
+    bad = retrieve(sparse, {"queries": QUERIES}, **{"X-Rollout-Step": "seventeen"})
+    assert marked.status_code == plain.status_code == 200
+    assert bad.status_code == 400 and bad.json()["error"] == (
+        "the X-Rollout-Step header must be an integer (the trainer's step number), got 'seventeen'")
+    records = {x["call_id"]: x for x in ledger(tmp_path)}
+    assert sorted(records) == ["marked:0", "marked:1", "plain:0"]
+    assert [(records[f"marked:{i}"]["step"], records[f"marked:{i}"]["traffic"]) for i in range(2)] == [
+        (17, "train")] * 2
+    assert "step" not in records["plain:0"] and "traffic" not in records["plain:0"]
 
 
 @pytest.mark.parametrize(("body", "says"), [
@@ -289,7 +415,7 @@ def test_421_for_a_foreign_host_and_413_for_a_body_over_the_limit(sparse, tmp_pa
 
 def test_the_standalone_gateway_serves_retrieve(cache_dir, tmp_path):
     """`rollout gateway --config FILE` (the demo KB, sparse only) answers /retrieve and its report counts it."""
-    args = [*demo_args(cache_dir, tmp_path), "--retrieve-max-pending", "64"]
+    args = [*demo_args(cache_dir, tmp_path), "--retrieve-max-pending", "64", "--retrieve-max-wait-s", "30"]
     with GatewayProcess(args, ready_timeout_s=300) as gw:
         base = gw.wait_ready().removesuffix("/mcp")
         r = retrieve(base, {"queries": ["born in", "founded by"], "topk": 2, "return_scores": True})
@@ -298,6 +424,9 @@ def test_the_standalone_gateway_serves_retrieve(cache_dir, tmp_path):
     assert tools[TOOL]["total_calls"] == 2
 
 
-def test_a_bound_under_one_query_is_refused_naming_the_option():
-    args = parse_args(["--config", "conf/gateways/rag_sparse_only.json", "--retrieve-max-pending", "0"])
-    assert option_error(args) == "--retrieve-max-pending must be at least 1, got 0"
+@pytest.mark.parametrize(("option", "says"), [
+    (["--retrieve-max-pending", "0"], "--retrieve-max-pending must be at least 1, got 0"),
+    (["--retrieve-max-wait-s", "-1"], "--retrieve-max-wait-s must be 0 or more seconds, got -1"),
+])
+def test_a_bad_bound_is_refused_naming_the_option(option, says):
+    assert option_error(parse_args(["--config", "conf/gateways/rag_sparse_only.json", *option])) == says
