@@ -215,14 +215,14 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
     comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed, score_failed=args.score_failed,
                               allow_different_questions=args.allow_different_questions)
     if (line := comparison.question_set_line) is not None:
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, whatever the width
     for title, headers, rows in comparison_tables(comparison):
         table = _table(title, headers)
         for row in rows:
             table.add_row(*map(Text, row))  # Text: a mode named like "[x]" is not markup
         console.print(table)
     for p in comparison.pairs:
-        console.print(pair_sentence(p), markup=False, highlight=False)
+        console.print(pair_sentence(p), markup=False, highlight=False, soft_wrap=True)
     for path in write_comparison(comparison, args.out or common_parent(runs)):
         console.print(f"Wrote: {path}", markup=False, highlight=False)
     return 0
