@@ -122,11 +122,17 @@ def padded(scripts: dict[str, dict[str, Any]], tokenizer: Any, response_length: 
         turns = []
         for text in script["turns"]:
             if "{pad}" in text:
-                target, n = response_length - script["pad_gap"], 0
-                while len(tokenizer.encode(text.replace("{pad}", PAD * n), add_special_tokens=False)) < target:
+                def tokens(n: int, text: str = text) -> int:
+                    return len(tokenizer.encode(text.replace("{pad}", PAD * n), add_special_tokens=False))
+
+                target = response_length - script["pad_gap"]
+                n = target - tokens(0)  # one token a pad, as a rule: counted from there
+                while tokens(n) < target:
                     n += 1
+                while tokens(n) > target:
+                    n -= 1
                 text = text.replace("{pad}", PAD * n)
-                assert len(tokenizer.encode(text, add_special_tokens=False)) == target, question
+                assert tokens(0, text) == target, question
             turns.append(text)
         out[question] = turns
     return out
