@@ -8,6 +8,7 @@
 The trainer adapters are built on these, so a tool call, an observation and a reward mean the same in training as in
 an evaluation run:
 - `verl` (`GatewayTool`, a verl tool calling a gateway's tool) and `verl_config` (`rollout gateway --verl-tools`);
+- `verl_text_loop` (the verl agent loop `rollout_text`: a tagged-text policy's turns, Search-R1's loop);
 - `skyrl` (the SkyRL-gym environment `rollout`);
 - `openenv/` (`rollout env`, an experiment served as an OpenEnv environment).
 """

@@ -8,6 +8,9 @@ gateway serves it), so a dataset whose corpus path is left to fill in composes w
 
 from __future__ import annotations
 
+import functools
+import shlex
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,8 @@ from rollout.records import Question
 from rollout.run.config import RunConfig, compose_without_corpus
 from rollout.run.dataset import QuestionSet, data_sources
 
+DEFAULT_TEXT_AGENT = "agent=search_r1"
+"""The agent of a text policy's experiment that names none (a run's default agent calls tools natively)."""
 PROTOCOL_KEYS = ("instruction", "searches", "answer", "information", "passage", "strip_results", "no_results",
                  "invalid", "stop")
 """The `agent.*` keys of a tag protocol (conf/agent/tagged.yaml and its presets)."""
@@ -98,3 +103,25 @@ class TrainingExperiment:
     @property
     def max_turns(self) -> int:
         return int(self.agent.get("max_turns") or 5)
+
+
+def text_policy_overrides(experiment: str | Sequence[str]) -> tuple[str, ...]:
+    """The overrides of a text policy's experiment as a trainer's config gives them: one string, split as the shell
+    splits it, or a list; `agent=search_r1` first when they name no agent (a run's default agent calls tools
+    natively and speaks no tag protocol)."""
+    given = shlex.split(experiment) if isinstance(experiment, str) else [str(o) for o in experiment]
+    if not any(o.lstrip("+~").startswith("agent=") for o in given):
+        given.insert(0, DEFAULT_TEXT_AGENT)
+    return tuple(given)
+
+
+_COMPOSING = threading.Lock()
+
+
+@functools.cache
+def tagged_experiment(overrides: tuple[str, ...]) -> tuple[TrainingExperiment, TagProtocol]:
+    """The experiment and its tag protocol, composed once per process: a trainer makes an environment or an agent
+    loop per trajectory, on many threads (Hydra's global state is not thread-safe)."""
+    with _COMPOSING:
+        experiment = TrainingExperiment.compose(overrides)
+        return experiment, experiment.protocol()

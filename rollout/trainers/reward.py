@@ -58,6 +58,18 @@ def golden_answers(ground_truth: Any) -> list[str]:
     return [str(t) for t in list(target)]
 
 
+def row_ground_truth(row: Mapping[str, Any]) -> Any:
+    """A training row's ground truth: `reward_model.ground_truth`, as `rollout export --format verl-rl` (and verl)
+    write it, or SkyRL's `reward_spec.ground_truth`; a row with neither is a `ConfigError` naming the export."""
+    for key in ("reward_spec", "reward_model"):
+        spec = row.get(key)
+        if isinstance(spec, Mapping) and spec.get("ground_truth") is not None:
+            return spec["ground_truth"]
+    raise ConfigError(f"the row has neither reward_spec.ground_truth nor reward_model.ground_truth (its columns: "
+                      f"{', '.join(sorted(row)) or 'none'}): write the rows with `rollout export --questions "
+                      "OVERRIDES --format verl-rl --out FILE.parquet`")
+
+
 def compute_score(
     data_source: str | None,
     solution_str: str,

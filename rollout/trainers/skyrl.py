@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import logging
 import os
-import shlex
 import threading
 import uuid
 from collections.abc import Coroutine, Mapping
@@ -38,11 +36,15 @@ from skyrl_gym.envs.base_text_env import (
 )
 from skyrl_gym.envs.registration import register, registry
 
-from rollout.agents.tag_protocol import TagProtocol
 from rollout.errors import ConfigError
 from rollout.records import ToolCallRecord
-from rollout.trainers.experiment import TrainingExperiment
-from rollout.trainers.reward import DEFAULT_METRIC, golden_answers, metric_function
+from rollout.trainers.experiment import tagged_experiment, text_policy_overrides
+from rollout.trainers.reward import (
+    DEFAULT_METRIC,
+    golden_answers,
+    metric_function,
+    row_ground_truth,
+)
 from rollout.trainers.text_episode import TextEpisode, Turn
 from rollout.trainers.tool_session import GatewayTarget, ToolSession
 from rollout.wire import TOKEN_ENV
@@ -51,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 ENV_ID = "rollout"
 """The id SkyRL names the environment by: `environment.env_class=rollout`."""
-DEFAULT_AGENT = "agent=search_r1"
 T = TypeVar("T")
 _WARNED: set[str] = set()
 """The warnings given in this process (each once: SkyRL makes thousands of environments)."""
@@ -92,21 +93,7 @@ class RolloutEnvConfig:
     def overrides(self) -> tuple[str, ...]:
         """The experiment's overrides, `agent=search_r1` first when they name no agent (a run's default agent
         calls tools natively and speaks no tag protocol)."""
-        given = shlex.split(self.experiment) if isinstance(self.experiment, str) else [str(o) for o in self.experiment]
-        if not any(o.lstrip("+~").startswith("agent=") for o in given):
-            given.insert(0, DEFAULT_AGENT)
-        return tuple(given)
-
-
-_COMPOSING = threading.Lock()
-
-
-@functools.cache
-def _experiment(overrides: tuple[str, ...]) -> tuple[TrainingExperiment, TagProtocol]:
-    """The experiment and its protocol, composed once per process (SkyRL makes an environment per trajectory)."""
-    with _COMPOSING:  # Hydra's global state is not thread-safe, and SkyRL makes environments on many threads
-        experiment = TrainingExperiment.compose(overrides)
-        return experiment, experiment.protocol()
+        return text_policy_overrides(self.experiment)
 
 
 class _EventLoopThread:
@@ -158,10 +145,10 @@ class RolloutEnv(BaseTextEnv):
         extras = extras or {}
         self.settings = RolloutEnvConfig.of(env_config)
         metric_function(self.settings.metric)  # an unknown metric is refused before any episode runs
-        self.experiment, self.protocol = _experiment(self.settings.overrides)
+        self.experiment, self.protocol = tagged_experiment(self.settings.overrides)
         self.max_turns = self.experiment.max_turns
         _check_trainer_max_turns(extras.get("max_turns"), self.max_turns)
-        self.golden_answers = golden_answers(_ground_truth(extras))
+        self.golden_answers = golden_answers(row_ground_truth(extras))
         info = extras.get("extra_info") if isinstance(extras.get("extra_info"), Mapping) else {}
         self.question_id = str(info["id"]) if info.get("id") is not None else None
         self.question = str(info["question"]) if info.get("question") is not None else None
@@ -254,18 +241,6 @@ def _check_trainer_max_turns(trainer_max_turns: Any, max_turns: int) -> None:
     logger.warning("generator.max_turns=%s, but episodes end at the experiment's agent.max_turns=%s, as evaluated "
                    "tasks do: set generator.max_turns=%s (or agent.max_turns in the experiment)", trainer_max_turns,
                    max_turns, max_turns)
-
-
-def _ground_truth(extras: Mapping[str, Any]) -> Any:
-    """The row's ground truth: SkyRL's `reward_spec.ground_truth`, or `reward_model.ground_truth` as `rollout export
-    --format verl-rl` (and verl) write it."""
-    for key in ("reward_spec", "reward_model"):
-        spec = extras.get(key)
-        if isinstance(spec, Mapping) and spec.get("ground_truth") is not None:
-            return spec["ground_truth"]
-    raise ConfigError(f"the row has neither reward_spec.ground_truth nor reward_model.ground_truth (its columns: "
-                      f"{', '.join(sorted(extras)) or 'none'}): write the rows with `rollout export --questions "
-                      "OVERRIDES --format verl-rl --out FILE.parquet`")
 
 
 def register_env() -> None:

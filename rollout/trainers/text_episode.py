@@ -66,9 +66,10 @@ class TextEpisode:
         """The protocol's instruction with the question: the policy's one user message."""
         return self.protocol.instruction(question=question)
 
-    async def step(self, text: str, *, stopped: bool = True) -> Turn:
+    async def step(self, text: str, *, stopped: bool = True, last: bool = False) -> Turn:
         """Read one turn of policy text. `stopped`: the generation ended at a stop string or the end of sequence
-        (not cut at its token limit), so a closing tag the server dropped is put back."""
+        (not cut at its token limit), so a closing tag the server dropped is put back. `last`: no turn can follow
+        (a trainer's token budget is spent), so the turn is read as the episode's last: a search is not run."""
         if self.done:
             raise RuntimeError("the episode has ended: start a new one for the next question")
         self.turns += 1
@@ -77,7 +78,7 @@ class TextEpisode:
         if step.kind == "answer":
             return self._end(Turn("answer", step.text, "", True, score(step.content, self.golden_answers, self.metric),
                                   answer=step.content))
-        if self.turns >= self.max_turns:
+        if last or self.turns >= self.max_turns:
             return self._end(Turn("out_of_turns", step.text, "", True, 0.0))
         if step.kind == "invalid":
             if self.protocol.invalid is None:  # the protocol gives no second chance

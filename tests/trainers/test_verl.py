@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import math
 import os
 import re
 import shlex
@@ -47,15 +48,15 @@ def write_tools(out: Path, gateway_file: Path, *options: str) -> dict:
     return yaml.safe_load(out.read_text())
 
 
-def verl_commands() -> list[list[str]]:
-    """The `python -m verl.trainer.main_ppo` overrides of each command in the bash blocks of docs/trainers.md's verl
-    section, as the shell splits them."""
-    text = (DOCS_DIR / "trainers.md").read_text(encoding="utf-8")
-    section = text[text.index("\n## verl\n"):]
-    section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
+def verl_commands(heading: str = "## verl") -> list[list[str]]:
+    """The `python -m verl.trainer.main_ppo` overrides of each command in the bash blocks under `heading` of
+    docs/trainers.md, up to the next heading (a subsection's commands are its own), as the shell splits them."""
+    prose, blocks = split_page((DOCS_DIR / "trainers.md").read_text(encoding="utf-8"))
+    start = next(n for n, line in prose if line == heading)
+    end = next((n for n, line in prose if n > start and line.startswith("#")), math.inf)
     commands = []
-    for block in split_page(section)[1]:
-        if block.info != "bash":
+    for block in blocks:
+        if block.info != "bash" or not start < block.start < end:
             continue
         joined = " ".join(line.strip().removesuffix("\\") if line.strip().endswith("\\") else line.strip() + "\n"
                           for _, line in block.lines)
