@@ -15,6 +15,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
+
+from rollout.quick_exit import exit_with
 
 
 def _run(argv: list[str], prog: str) -> int | None:
@@ -132,5 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if code is None else code
 
 
+def run() -> NoReturn:
+    """The `rollout` console script: `main`, then the process ends without the interpreter's teardown
+    (`rollout.quick_exit`)."""
+    exit_with(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

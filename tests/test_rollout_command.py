@@ -88,7 +88,7 @@ def test_an_unknown_or_missing_command_is_a_usage_error_naming_the_commands(caps
 def test_the_console_script_names_an_importable_callable():
     scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, attr = scripts["rollout"].partition(":")
-    assert getattr(importlib.import_module(module), attr) is rollout.cli.main
+    assert getattr(importlib.import_module(module), attr) is rollout.cli.run  # main, then the quick exit
 
 
 @pytest.mark.skipif(shutil.which("rollout") is None, reason="the rollout console script is not installed (pip install -e .)")

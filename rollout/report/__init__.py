@@ -1,12 +1,30 @@
 """Reports rebuilt from run folders: tool-call statistics, retrieval quality, runs compared side by side, and runs
-scored again with their scores files (`scores/*.jsonl`)."""
+scored again with their scores files (`scores/*.jsonl`).
 
-from rollout.errors import NotARunFolderError, ReportError
-from rollout.jsonl import read_jsonl
-from rollout.report.calls import load_calls, run_mode
-from rollout.report.extra_scores import ExtraScores, ScoreRow, read_scores, write_scores
-from rollout.report.rescore import rescore
-from rollout.report.tool_stats import build_tool_report, retrieval_calls, write_tool_report
+The names below are loaded when first used: the tool report needs pandas, which a run's driver (it scores and
+prints its summary without it) should not import before its summary is on screen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "NotARunFolderError": "rollout.errors",
+    "ReportError": "rollout.errors",
+    "read_jsonl": "rollout.jsonl",
+    "load_calls": "rollout.report.calls",
+    "run_mode": "rollout.report.calls",
+    "ExtraScores": "rollout.report.extra_scores",
+    "ScoreRow": "rollout.report.extra_scores",
+    "read_scores": "rollout.report.extra_scores",
+    "write_scores": "rollout.report.extra_scores",
+    "rescore": "rollout.report.rescore",
+    "build_tool_report": "rollout.report.tool_stats",
+    "retrieval_calls": "rollout.report.tool_stats",
+    "write_tool_report": "rollout.report.tool_stats",
+}
 
 __all__ = [
     "ExtraScores",
@@ -23,3 +41,11 @@ __all__ = [
     "write_scores",
     "write_tool_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

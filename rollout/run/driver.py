@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Container, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,6 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskKey, TaskResult
-from rollout.report import write_tool_report
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
 from rollout.report.scoring import print_summary
 from rollout.report.user_scorers import load_scorers
@@ -43,7 +43,7 @@ from rollout.run.ray_session import ray_session
 from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
 from rollout.run.scheduler import Scheduler, start_actors
-from rollout.run.sweep_gateway import gateway_process, stop_the_sweeps_gateway
+from rollout.run.sweep_gateway import gateway_process, kept_for_the_sweep, stop_the_sweeps_gateway
 from rollout.run.worker import EnvSpec
 from rollout.run_folder import (
     CONFIG_FILE,
@@ -248,6 +248,31 @@ class Timeline:
         return " · ".join(f"{step} {at:.1f}" for step, at in self.marks.items())
 
 
+def _tool_report_once_stopped(out: Path, gateway: GatewayProcess) -> Future[None]:
+    """Stop the run's own gateway and write the tool report from its ledger, on a thread of their own, so that both
+    overlap Ray's shutdown (about a second each). Once the gateway has stopped, a call still running when its task
+    timed out is in the ledger too. A sweep's gateway serves on for its next jobs: the report is written at once;
+    the ledger holds every call of the finished tasks (the gateway writes a call's line before it answers), and only
+    a call still running after its task timed out may land later, counted by a later `rollout report tool-stats`."""
+
+    def stop_and_report() -> None:
+        if not kept_for_the_sweep(gateway):
+            gateway.stop()
+        write_tool_report(out)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-report")
+    done = pool.submit(stop_and_report)
+    pool.shutdown(wait=False)  # the caller waits for `done`
+    return done
+
+
+def write_tool_report(out: Path) -> None:
+    """`rollout.report.write_tool_report`, imported when used: the report needs pandas, which the summary does not."""
+    from rollout.report.tool_stats import write_tool_report as write
+
+    write(out)
+
+
 def _score_and_print(cfg: RunConfig, out: Path, agent: object, timeline: Timeline, interrupted: bool,
                      not_asked: Container[TaskKey], tool_specs: list[dict[str, Any]],
                      degraded_tools: dict[str, str]) -> RunSummary:
@@ -353,11 +378,10 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
         # and their shutdown (a second or more) need not keep the user from the scores.
         summary = _score_and_print(cfg, out, agent, timeline, interrupted, resumed.not_asked, tool_specs,
                                    degraded_tools)
-    if not cfg.gateway.url:
-        # After the gateway stopped: a call still running when its task timed out is in the ledger by now. A sweep's
-        # gateway serves on (its next jobs use it): the report is written now anyway. The ledger holds every call
-        # of the finished tasks (the gateway writes a call's line before it answers); only a call still running
-        # after its task timed out may land in it later, counted by a later `rollout report tool-stats`.
+        tool_report = _tool_report_once_stopped(out, gateway) if isinstance(gateway, GatewayProcess) else None
+    if tool_report is not None:
+        tool_report.result()  # the report's own error, if any, is raised here
+    elif not cfg.gateway.url:  # a Ray Serve gateway: stopped with the with-block above
         write_tool_report(out)
     timeline.mark("stopped")
     logger.debug("Timeline after the summary: %s", timeline.line())

@@ -114,6 +114,11 @@ def gateway_process(args_for: Callable[[Path], list[str]], retriever: Mapping[st
         yield gateway
 
 
+def kept_for_the_sweep(gateway: object) -> bool:
+    """True when `gateway` is the one the sweep keeps for its next jobs (it must not be stopped with this run)."""
+    return gateway is not None and gateway is _sweep.gateway
+
+
 def stop_the_sweeps_gateway(why: str) -> None:
     """Stop the gateway the sweep keeps, if any (the next job that launches one keeps its own)."""
     if _sweep.gateway is not None:
