@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from envs.http_mcp_rag_env import HttpMCPRagEnv
+from rollout.errors import GatewayError
 from rollout.records import ToolCallRecord, ToolResult
 from rollout.wire import TRAFFIC_TRAIN
 
@@ -58,6 +59,17 @@ class ToolSession:
     async def open(self) -> None:
         """Open the MCP session and list the tools (a `GatewayError` naming the fix when the gateway is not there)."""
         await self.env.start()
+
+    async def open_or_refuse(self, who: str, start: str, token_env: str, where: str) -> None:
+        """`open`, or a `GatewayError` saying who asked, what failed, how to start the gateway (`start`) and where to
+        set its token (`$token_env` where `where` runs)."""
+        try:
+            await self.open()
+        except GatewayError as e:
+            await self.close()
+            cause = e.__cause__ or e
+            raise GatewayError(f"{who}: no MCP session at {self.env.url} ({type(cause).__name__}: {cause}). {start}; "
+                               f"if it requires a token, set ${token_env} where {where} runs") from e
 
     async def close(self) -> None:
         await self.env.close()

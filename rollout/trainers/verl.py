@@ -76,15 +76,9 @@ class GatewayTool(BaseTool):
         instance_id = instance_id or uuid.uuid4().hex
         session = ToolSession(self.target(), instance_id, worker_id=WORKER_ID)
         s = self.settings
-        try:
-            await session.open()
-        except GatewayError as e:
-            await session.close()
-            cause = e.__cause__ or e
-            raise GatewayError(
-                f"verl tool {self.name}: no MCP session at {s.url} ({type(cause).__name__}: {cause}). Start the "
-                f"gateway the tool config names: rollout gateway --config {self.gateway_file} --port {self._port()} "
-                f"--output-dir DIR; if it requires a token, set ${s.token_env} where verl runs") from e
+        await session.open_or_refuse(
+            f"verl tool {self.name}", f"Start the gateway the tool config names: rollout gateway --config "
+            f"{self.gateway_file} --port {self._port()} --output-dir DIR", s.token_env, "verl")
         if (problem := self._offered_problem(session)) is not None:
             await session.close()
             raise GatewayError(

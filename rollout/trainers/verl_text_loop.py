@@ -61,7 +61,7 @@ except ModuleNotFoundError as e:
     raise ImportError("rollout.trainers.verl_text_loop is a verl agent loop and needs verl: pip install verl==0.9.1 "
                       "(the version it is tested with)") from e
 
-from rollout.errors import ConfigError, GatewayError
+from rollout.errors import ConfigError
 from rollout.trainers.experiment import tagged_experiment, text_policy_overrides
 from rollout.trainers.reward import (
     DEFAULT_METRIC,
@@ -246,16 +246,10 @@ class TextAgentLoop(AgentLoopBase):
         s = self.settings
         target = GatewayTarget(s.gateway_url, self.experiment.gateway_file, token=os.environ.get(s.token_env, ""))
         session = ToolSession(target, request_id, worker_id=WORKER_ID)
-        try:
-            await session.open()
-        except GatewayError as e:
-            await session.close()
-            cause = e.__cause__ or e
-            raise GatewayError(
-                f"agent loop {AGENT_NAME}: no MCP session at {s.gateway_url} ({type(cause).__name__}: {cause}). "
-                f"Start the experiment's gateway: rollout gateway --config {self.experiment.gateway_file} --port PORT "
-                f"--output-dir DIR, and give its URL as gateway_url; if it requires a token, set ${s.token_env} where "
-                "verl runs") from e
+        await session.open_or_refuse(
+            f"agent loop {AGENT_NAME}", f"Start the experiment's gateway: rollout gateway --config "
+            f"{self.experiment.gateway_file} --port PORT --output-dir DIR, and give its URL as gateway_url",
+            s.token_env, "verl")
         return session
 
     def _turn_tokens(self, ids: list[int], text: str) -> tuple[int, str]:

@@ -91,8 +91,8 @@ def experiment_gateway(experiment: TrainingExperiment, url: str | None, output_d
 async def serve(experiment: TrainingExperiment, gateway_url: str, sock: socket.socket, *, metric: str,
                 token: str | None, ready_file: Path | None) -> None:
     """List the gateway's tools, then serve on `sock` until signalled; the base URL goes to `ready_file` first."""
-    from rollout.trainers.openenv.routes import create_app
     from rollout.trainers.openenv.episode import ServedExperiment
+    from rollout.trainers.openenv.routes import create_app
     from rollout.trainers.tool_session import GatewayTarget
 
     served = await ServedExperiment.open(experiment, GatewayTarget(gateway_url, experiment.gateway_file, token),
