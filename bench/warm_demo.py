@@ -14,7 +14,9 @@ first round):
   before/after ratio measured in the same call.
 
 It prints the medians, the run's timeline of the median demo, what comes after the summary (Ray's shutdown, the
-gateway's stop, the tool report, the interpreter's exit), and the targets:
+gateway's stop, the tool report, the interpreter's exit), the CPU seconds each takes (all its processes: the
+demo's work beyond Ray's, spread over every core, is the least it can add to Ray's time on this machine), and the
+targets:
   whole demo <= Ray's start and stop + 5 s;  summary on screen <= Ray's start + 4 s.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -54,10 +57,14 @@ class Timing:
     whole: float
     """Seconds from the process's start to its exit."""
     timeline: str = ""
+    cpu: float = 0.0
+    """CPU seconds (user + system) of the process and every process under it that was waited for: Ray's, the
+    gateway's, the workers'."""
 
 
 def timed(argv: list[str], marker: re.Pattern[str], env: dict[str, str], cwd: Path) -> Timing:
     """Run `argv`, timing the first stdout line matching `marker` and the exit; the run's timeline from stderr."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     seen: list[float] = []
@@ -79,10 +86,12 @@ def timed(argv: list[str], marker: re.Pattern[str], env: dict[str, str], cwd: Pa
             seen.append(time.perf_counter() - start)
     proc.wait()
     whole = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     reader.join()
     if proc.returncode != 0 or not seen:
         sys.exit(f"{' '.join(argv)} failed (exit {proc.returncode}):\n{''.join(stderr_lines[-20:])}")
-    return Timing(seen[0], whole, timeline[0] if timeline else "")
+    return Timing(seen[0], whole, timeline[0] if timeline else "", cpu)
 
 
 def demo(python_path: Path, out_root: Path, n: int) -> Timing:
@@ -136,6 +145,12 @@ def main() -> None:
         b_summary, b_whole = median(baselines, "first_mark"), median(baselines, "whole")
         print(f"  baseline ({args.baseline}): summary {b_summary:.2f} s, whole {b_whole:.2f} s; "
               f"ratio baseline/this: summary {b_summary / summary:.2f}, whole {b_whole / whole:.2f}")
+    cores = os.cpu_count() or 1
+    extra_cpu = median(demos, "cpu") - median(rays, "cpu")
+    floor = ray_whole + extra_cpu / cores
+    print(f"  CPU seconds (all processes): Ray alone {median(rays, 'cpu'):.2f}, demo {median(demos, 'cpu'):.2f}; the "
+          f"demo's work beyond Ray's, {extra_cpu:.2f} CPU-s, takes at least {extra_cpu / cores:.2f} s on {cores} "
+          f"cores: the whole demo cannot end before {floor:.2f} s here (Ray start+stop + that)")
     ok_whole = whole <= ray_whole + 5
     ok_summary = summary <= ray_start + 4
     print(f"\ntarget whole <= Ray start+stop + 5 s: {whole:.2f} <= {ray_whole + 5:.2f} -> "
