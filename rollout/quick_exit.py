@@ -26,6 +26,9 @@ def exit_with(main: Callable[[], int | None]) -> NoReturn:
         returned: object = main()
     except SystemExit as e:
         returned = e.code
+    except KeyboardInterrupt:
+        code = 130  # what a shell reports for a process Ctrl-C ended (128 + SIGINT), as Python's own exit gives
+        raise
     # sys.exit's rule: None is 0, an int itself, anything else is printed and exits 1.
     code = 0 if returned is None else returned if isinstance(returned, int) else 1
     sys.exit(returned)

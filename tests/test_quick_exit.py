@@ -27,7 +27,7 @@ exit_with(main)
 
 @pytest.mark.parametrize(("body", "code"), [
     ("return 0", 0), ("return None", 0), ("return 3", 3), ("sys.exit(2)", 2), ("sys.exit('refused')", 1),
-    ("raise RuntimeError('boom')", 1),
+    ("raise RuntimeError('boom')", 1), ("raise KeyboardInterrupt", 130),
 ])
 def test_the_exit_code_and_every_written_line_are_kept(tmp_path, body: str, code: int):
     log = tmp_path / "run.log"
