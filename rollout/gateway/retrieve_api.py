@@ -366,13 +366,8 @@ class RetrieveApi:
         raise Refused(404, f"this gateway serves no {retriever} query tool at /retrieve/{retriever}; it serves {served}")
 
     async def _check_headers(self, request: Request) -> None:
-        refused = await self._security.validate_request(request, is_post=False)
-        if refused is not None:
-            raise Refused(refused.status_code, f"{bytes(refused.body).decode()}: this gateway answers only requests "
-                                               "addressed to it by its loopback name, from no other web origin")
-        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media_type != "application/json" and not media_type.endswith("+json"):
-            raise Refused(415, "send the body with 'Content-Type: application/json'")
+        if (problem := await json_request_problem(self._security, request)) is not None:
+            raise Refused(*problem)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise Refused(413, _TOO_LARGE)
@@ -419,6 +414,19 @@ class RetrieveApi:
 
 class _ClientGone(Exception):
     """The client closed its connection while its request waited for its turn."""
+
+
+async def json_request_problem(security: TransportSecurityMiddleware, request: Request) -> tuple[int, str] | None:
+    """The status and message of the refusal a gateway's JSON route owes `request` by its headers (a Host or Origin
+    the gateway does not serve, a body that is not JSON); None when they pass."""
+    refused = await security.validate_request(request, is_post=False)
+    if refused is not None:
+        return refused.status_code, (f"{bytes(refused.body).decode()}: this gateway answers only requests addressed "
+                                     "to it by its loopback name, from no other web origin")
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        return 415, "send the body with 'Content-Type: application/json'"
+    return None
 
 
 async def _client_gone(request: Request) -> None:

@@ -33,6 +33,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from rollout.gateway.retrieve_api import json_request_problem
 from rollout.gateway.stats import RunLedgers
 
 RUNS_ROUTE = "/runs"
@@ -53,13 +54,8 @@ class RunsApi:
         self._security = TransportSecurityMiddleware(security)
 
     async def handle(self, request: Request) -> JSONResponse:
-        refused = await self._security.validate_request(request, is_post=False)
-        if refused is not None:
-            return _error(refused.status_code, f"{bytes(refused.body).decode()}: this gateway answers only requests "
-                                               "addressed to it by its loopback name, from no other web origin")
-        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media_type != "application/json" and not media_type.endswith("+json"):
-            return _error(415, "send the body with 'Content-Type: application/json'")
+        if (problem := await json_request_problem(self._security, request)) is not None:
+            return _error(*problem)
         raw = bytearray()
         async for chunk in request.stream():
             raw.extend(chunk)
