@@ -20,8 +20,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rollout.report.compare import compare_runs, find_runs
-from rollout.report.compare_render import pair_sentence, write_comparison
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder
 
 logger = logging.getLogger(__name__)
@@ -70,6 +68,11 @@ class CompareOnMultirunEnd(Callback):
         if len(runs) < 2:
             logger.info("%d run(s) with %s in this sweep: nothing to compare", len(runs), TRAJECTORY_FILE)
             return
+        # Imported here: Hydra builds this callback before every run, and the comparison's pandas and matplotlib
+        # (about a second) are for the end of a sweep only.
+        from rollout.report.compare import compare_runs, find_runs
+        from rollout.report.compare_render import pair_sentence, write_comparison
+
         comparison = compare_runs(find_runs(runs), baseline=self.baseline)
         for p in comparison.pairs:
             logger.info("%s", pair_sentence(p))
