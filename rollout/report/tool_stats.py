@@ -32,12 +32,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from rollout.report.calls import run_mode, split_calls
 from rollout.run_folder import STATS_DIR, is_run_folder, read_degraded_tools, write_report
 from rollout.wire import OUTCOMES
 
+LATENCY_QUANTILES = (0.5, 0.95, 0.99)
 HIT_KS = (1, 3, 5)
 HIT_COLUMNS = tuple(f"hit_at_{k}" for k in (*HIT_KS, "all"))
 RETRIEVAL_PREFIXES = ("query_knowledge_base", "search")
@@ -47,9 +49,19 @@ GROUP_KEYS = {"tools": "tool_name", "tasks": "task_id", "workers": "worker_id", 
 (one row, "gateway", otherwise; calls that never reached a gateway are in no row)."""
 
 
-def _quantile(values: pd.Series, q: float) -> float | None:
-    values = values.dropna()
-    return round(float(values.quantile(q)), 3) if len(values) else None
+def _quantiles(values: pd.Series, qs: tuple[float, ...]) -> list[float | None]:
+    """Each quantile of `values` (missing ones left out), rounded; None when no value is there. numpy's "linear"
+    method is pandas' default interpolation, and answers a report's thousands of small groups many times faster."""
+    array = values.to_numpy(dtype="float64", na_value=np.nan)
+    array = array[~np.isnan(array)]
+    if not array.size:
+        return [None] * len(qs)
+    return [round(float(v), 3) for v in np.quantile(array, qs)]
+
+
+def _quantile_columns(prefix: str, values: pd.Series, qs: tuple[float, ...]) -> dict[str, float | None]:
+    """`{prefix}p50`-style columns, one per quantile of `qs`."""
+    return {f"{prefix}p{int(q * 100)}": v for q, v in zip(qs, _quantiles(values, qs), strict=True)}
 
 
 def _rate(num: float, den: float) -> float | None:
@@ -65,8 +77,8 @@ def _call_stats(g: pd.DataFrame, outcomes: list[str]) -> dict[str, Any]:
         "success_calls": success,
         "failed_calls": total - success,
         "success_rate": _rate(success, total),
-        **{f"p{int(q * 100)}_ms": _quantile(g["duration_ms"], q) for q in (0.5, 0.95, 0.99)},
-        **{f"rtt_p{int(q * 100)}_ms": _quantile(g["rtt_ms"], q) for q in (0.5, 0.95, 0.99)},
+        **{f"{k}_ms": v for k, v in _quantile_columns("", g["duration_ms"], LATENCY_QUANTILES).items()},
+        **{f"{k}_ms": v for k, v in _quantile_columns("rtt_", g["rtt_ms"], LATENCY_QUANTILES).items()},
         "rtt_calls": int(g["rtt_ms"].notna().sum()),
         **_token_stats(g),
         **{f"outcome_{o}": int(counts.get(o, 0)) for o in outcomes},
@@ -80,7 +92,7 @@ def _token_stats(g: pd.DataFrame) -> dict[str, Any]:
     return {
         "accounted_calls": len(context),
         "context_tokens_mean": round(float(context.mean()), 3) if len(context) else None,
-        **{f"context_tokens_p{int(q * 100)}": _quantile(context, q) for q in (0.5, 0.95)},
+        **_quantile_columns("context_tokens_", context, (0.5, 0.95)),
         "llm_tokens_mean": round(float(llm.mean()), 3) if len(llm) else None,
     }
 
