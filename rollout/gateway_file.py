@@ -294,7 +294,8 @@ def load_gateway_file(path: str | Path) -> GatewayFile:
     """Read and validate a gateway file; every failure is a `ConfigError` that names the fix.
 
     Keys inside the modules are checked by `GatewayFile.check_served` when a gateway plans the file
-    (`rollout.gateway.plan.plan_gateway`): which modules it serves depends on its tool registry.
+    (`rollout.gateway.plan.plan_gateway`): which modules it serves depends on its tool registry. A run checks them
+    against the shipped groups' module types before anything starts (`rollout.gateway.tools.SERVED_RESOURCE_TYPES`).
     """
     path = Path(path)
     if not path.is_file():

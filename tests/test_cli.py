@@ -46,6 +46,9 @@ def test_unknown_tool_group(tmp_path):
     r = rollout(f"gateway_config_path={bad}", f"output_dir={tmp_path / 'out'}")
     assert r.returncode == 2
     assert "'rag_serch'" in r.stderr and "rag_query_sparse" in r.stderr and "Traceback" not in r.stderr
+    # The run's gateway refuses the file (the run does not plan it before Ray starts): said once, pointed to once.
+    assert r.stderr.count("unknown tool group") == 1 and "its error is printed above" in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_mode_lists_modes(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """A gateway's plan: which registered tools, tool sets and indexes a gateway file resolves to.
 
-The plan is made before anything heavy loads, so a bad gateway file (an unknown key or group, a
-`fixed_params` entry no tool takes) fails in milliseconds, and the caller knows which indexes to load.
+The plan is made before anything heavy loads (the gateway's indexes), so a bad gateway file (an unknown key or group,
+a `fixed_params` entry no tool takes) fails before them, and the caller knows which indexes to load.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -15,7 +14,7 @@ from collections.abc import Callable, Container, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import ray.util
 from hydra.errors import InstantiationException
@@ -27,14 +26,15 @@ from rollout.console import ReadableConsole
 from rollout.data import is_source_folder
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.events import AnyEvent
-from rollout.gateway_file import GatewayFile, load_gateway_file
+from rollout.gateway.tools import SERVED_RESOURCE_TYPES
+from rollout.gateway_file import load_gateway_file
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskKey, TaskResult
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
 from rollout.report.scoring import print_summary
 from rollout.report.user_scorers import load_scorers
 from rollout.run.config import RunConfig
-from rollout.run.dataset import PreparedData, prepare_data
+from rollout.run.dataset import prepare_data
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
@@ -113,10 +113,15 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
     """The configured gateway, or one launched for this run (stopped after it, even on failure), or within a sweep
     the one its jobs share (`rollout.run.sweep_gateway`, stopped when the sweep ends).
 
+    A gateway the run launches plans its gateway file itself: an unknown tool group makes it exit with its error
+    (exit code 2, see `GatewayProcess.wait_ready`) while Ray starts, and the run never imports the tool modules
+    before Ray (the MCP server's, half a second). The file of a running gateway or a Serve one is planned here.
+
     One replica is a child process, started before Ray so it loads while Ray starts; more are a Ray
     Serve application, deployed once Ray is up (this enters `ray_session`, and the run's own use of
     it then finds Ray running)."""
     if cfg.gateway.url:
+        _plan_gateway_file(cfg)
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
         stop_the_sweeps_gateway("this job uses a running gateway")
         yield RunningGateway(cfg.gateway.url)
@@ -130,7 +135,7 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
         # Imported here: it loads the gateway's own modules, which a one-process run never needs.
         from rollout.run.gateway_serve import ServeGateway
 
-        plan_gateway(load_gateway_file(cfg.gateway_config_path))  # refused here, not by every replica
+        _plan_gateway_file(cfg)  # refused here, not by every replica
         stop_the_sweeps_gateway("this job serves its gateway on Ray Serve")
         with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
             retriever_config = Path(tmp) / "retriever.json"
@@ -146,6 +151,13 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
                          cfg.retriever.to_dict(), host=host, auth_token=token,
                          ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
         yield gw
+
+
+def _plan_gateway_file(cfg: RunConfig) -> None:
+    """Plan the run's gateway file against the shipped tools: an unknown tool group is a `ConfigError`."""
+    from rollout.gateway.plan import plan_gateway  # imports the tool modules, hence the MCP server
+
+    plan_gateway(load_gateway_file(cfg.gateway_config_path))
 
 
 def gateway_host(cfg: RunConfig) -> str:
@@ -300,64 +312,31 @@ def _score_and_print(cfg: RunConfig, out: Path, agent: object, timeline: Timelin
     return summary
 
 
-T = TypeVar("T")
+def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] | None,
+                      on_task: Callable[[TaskResult], None] | None) -> RunOutcome:
+    timeline = Timeline()
+    gateway_file = load_gateway_file(cfg.gateway_config_path)
+    # A key no served module takes fails here, before data, gateway or Ray; an unknown tool group is refused by the
+    # gateway (`gateway_for_run`), and a file that leaves the agent no tool fails here too.
+    gateway_file.check_served(SERVED_RESOURCE_TYPES)
+    keep_rag_modules(gateway_file, cfg.gateway_config_path)
+    agent = check_agent(cfg)
+    load_scorers(cfg.scorers)  # a scorer that does not import fails now, not once every task has run
+    data = prepare_data(cfg.dataset, cfg.cache_dir)
+    out = cfg.output_dir
+    (out / STATS_DIR).mkdir(parents=True, exist_ok=True)
+    if not cfg.resume:
+        start_fresh(out)
+    n_questions = len(data.questions)
+    logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, n_questions, cfg.gateway_config_path)
+    timeline.mark("data")
 
-
-def plan_gateway(gateway_file: GatewayFile) -> None:
-    """`rollout.gateway.plan.plan_gateway` (an unknown tool group is refused there), imported when called: the tool
-    modules import the MCP server (half a second), which a run pays on a thread while Ray starts, not before."""
-    from rollout.gateway.plan import plan_gateway as plan
-
-    plan(gateway_file)
-
-
-def _stop_refused_gateway(gateway: object) -> None:
-    """Stop the gateway launched for a gateway file the run refused, before it refuses the file again itself."""
-    if kept_for_the_sweep(gateway):
-        stop_the_sweeps_gateway("its gateway file was refused")
-    elif isinstance(gateway, GatewayProcess):
-        gateway.stop()
-
-
-def _on_daemon_thread(work: Callable[[], T], name: str) -> Future[T]:
-    """`work()` on a thread of its own; the future holds its result or raises its error. The thread is a daemon: one
-    still waiting for a gateway when the run failed (Ray did not start) must not hold the process's exit."""
-    future: Future[T] = Future()
-
-    def run_work() -> None:
-        try:
-            future.set_result(work())
-        except BaseException as e:  # noqa: BLE001 - handed to whoever waits for the future
-            future.set_exception(e)
-
-    threading.Thread(target=run_work, name=name, daemon=True).start()
-    return future
-
-
-@dataclass(frozen=True, slots=True)
-class _GatewaySide:
-    """What a run learns from its gateway before any task: done while Ray starts, as none of it needs Ray."""
-
-    env_spec: EnvSpec
-    """How the workers' environments reach the gateway."""
-    tool_specs: list[dict[str, Any]]
-    """The tools a worker's environment offers (the run's fingerprint holds their hashes)."""
-    degraded_tools: dict[str, str]
-    """Tools the gateway serves degraded, name → reason."""
-    finished: set[TaskKey]
-    """Tasks an earlier run of the same identity finished in the folder (`rollout.run.resume`)."""
-
-    @classmethod
-    def prepare(cls, cfg: RunConfig, gateway_file: GatewayFile, gateway: GatewayProcess | ServeGateway | RunningGateway,
-                agent: Any, data: PreparedData, timeline: Timeline) -> _GatewaySide:
-        """Plan the gateway file's tools (an unknown tool group is refused here), wait for the gateway, register the
-        run with it, list the offered tools, let the agent check them, and write tools.json and config.yaml."""
-        try:
-            plan_gateway(gateway_file)
-        except ConfigError:
-            _stop_refused_gateway(gateway)  # it refuses the file too: stopped now, it prints no second refusal
-            raise
-        out = cfg.output_dir
+    interrupted = False
+    # The gateway loads its encoder and indexes while Ray starts.
+    with gateway_for_run(cfg, data.corpus_path) as gateway, ray_session(cfg):
+        timeline.mark("ray up")
+        # Worker processes start (and import) while the gateway loads its encoder and indexes.
+        actors = start_actors(cfg, min(cfg.workers, n_questions * cfg.repeats))
         url = gateway.wait_ready()
         timeline.mark("gateway ready")
         logger.info("Gateway ready at %s", url)
@@ -375,79 +354,46 @@ class _GatewaySide:
         write_tools(out, RunTools(tool_specs, gateway_file.dynamic_toolsets))
         timeline.mark("tools listed")
         (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict())), encoding="utf-8")
-        return cls(env_spec, tool_specs, degraded_tools, finished)
+        resumed = plan_resume(finished, data.questions, cfg.repeats)
+        total = n_questions * cfg.repeats
+        already = resumed.already
+        if already:
+            logger.info("Resuming: %d of %d tasks already finished in %s", already, total, out)
+        ran: Counter[str] = Counter()
+        with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, \
+                RunProgress(total, already, enabled=cfg.progress and cfg.verbose > QUIET) as progress:
 
+            def on_result(result: TaskResult) -> None:
+                append_task(trajectory, result)
+                ran[result.status] += 1
+                progress.add(result)
+                timeline.mark_once("first result")
+                if on_task is not None:
+                    on_task(result)
 
-def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] | None,
-                      on_task: Callable[[TaskResult], None] | None) -> RunOutcome:
-    timeline = Timeline()
-    gateway_file = load_gateway_file(cfg.gateway_config_path)
-    keep_rag_modules(gateway_file, cfg.gateway_config_path)  # a file that leaves the agent no tool fails here
-    agent = check_agent(cfg)
-    load_scorers(cfg.scorers)  # a scorer that does not import fails now, not once every task has run
-    data = prepare_data(cfg.dataset, cfg.cache_dir)
-    out = cfg.output_dir
-    (out / STATS_DIR).mkdir(parents=True, exist_ok=True)
-    if not cfg.resume:
-        start_fresh(out)
-    n_questions = len(data.questions)
-    logger.info("Mode %s: %d questions, gateway file %s", cfg.mode_name, n_questions, cfg.gateway_config_path)
-    timeline.mark("data")
+            def on_events(events: list[tuple[str, AnyEvent]]) -> None:
+                for task_id, event in events:
+                    if on_event is not None:
+                        on_event(task_id, event)
+                    else:
+                        progress.print(format_live_event(task_id, event))
 
-    interrupted = False
-    # The gateway loads its encoder and indexes while Ray starts, and what needs the gateway but not Ray (the tool
-    # plan, the offered tools, the run's identity) is done meanwhile on a thread of its own (`_GatewaySide`). So a
-    # gateway file naming an unknown tool group is refused once Ray is up (seconds later), the price of starting
-    # every run's Ray over half a second sooner.
-    with gateway_for_run(cfg, data.corpus_path) as gateway:
-        gateway_side = _on_daemon_thread(
-            lambda: _GatewaySide.prepare(cfg, gateway_file, gateway, agent, data, timeline), "gateway-side")
-        with ray_session(cfg):
-            timeline.mark("ray up")
-            # Worker processes take the actors while the gateway side finishes.
-            actors = start_actors(cfg, min(cfg.workers, n_questions * cfg.repeats))
-            side = gateway_side.result()  # the gateway side's refusal (a bad tool plan, say) is raised here
-            resumed = plan_resume(side.finished, data.questions, cfg.repeats)
-            total = n_questions * cfg.repeats
-            already = resumed.already
-            if already:
-                logger.info("Resuming: %d of %d tasks already finished in %s", already, total, out)
-            ran: Counter[str] = Counter()
-            with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, \
-                    RunProgress(total, already, enabled=cfg.progress and cfg.verbose > QUIET) as progress:
-
-                def on_result(result: TaskResult) -> None:
-                    append_task(trajectory, result)
-                    ran[result.status] += 1
-                    progress.add(result)
-                    timeline.mark_once("first result")
-                    if on_task is not None:
-                        on_task(result)
-
-                def on_events(events: list[tuple[str, AnyEvent]]) -> None:
-                    for task_id, event in events:
-                        if on_event is not None:
-                            on_event(task_id, event)
-                        else:
-                            progress.print(format_live_event(task_id, event))
-
-                scheduler = Scheduler(
-                    cfg, side.env_spec, on_result=on_result,
-                    gateway=gateway if isinstance(gateway, GatewayProcess) else None,
-                    on_events=on_events if cfg.watch else None, actors=actors,
-                )
-                try:
-                    scheduler.run(tasks_to_run(data.questions, cfg.repeats, cfg.seed, side.finished),
-                                  total - already)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    logger.warning("Interrupted: stopping the workers; finished tasks are saved")
-            timeline.mark("all results")
-            # The summary is on screen before Ray and the gateway stop: every record is in trajectory.jsonl already,
-            # and their shutdown (a second or more) need not keep the user from the scores.
-            summary = _score_and_print(cfg, out, agent, timeline, interrupted, resumed.not_asked, side.tool_specs,
-                                       side.degraded_tools)
-            tool_report = _tool_report_once_stopped(out, gateway) if isinstance(gateway, GatewayProcess) else None
+            scheduler = Scheduler(
+                cfg, env_spec, on_result=on_result,
+                gateway=gateway if isinstance(gateway, GatewayProcess) else None,
+                on_events=on_events if cfg.watch else None, actors=actors,
+            )
+            try:
+                scheduler.run(tasks_to_run(data.questions, cfg.repeats, cfg.seed, finished), total - already)
+            except KeyboardInterrupt:
+                interrupted = True
+                logger.warning("Interrupted: stopping the workers; finished tasks are saved")
+        timeline.mark("all results")
+        # The summary is on screen before Ray and the gateway stop: every record is in trajectory.jsonl already,
+        # and their shutdown (a second or more) need not keep the user from the scores.
+        summary = _score_and_print(cfg, out, agent, timeline, interrupted, resumed.not_asked, tool_specs,
+                                   degraded_tools)
+        tool_report = _tool_report_once_stopped(out, gateway) if isinstance(gateway, GatewayProcess) else None
     if tool_report is not None:
         tool_report.result()  # the report's own error, if any, is raised here
     elif not cfg.gateway.url:  # a Ray Serve gateway: stopped with the with-block above

@@ -29,3 +29,12 @@ def test_importing_the_rag_env_pulls_no_web_server_and_no_retrieval_stack():
 def test_importing_the_rag_env_does_not_import_the_mcp_sdk():
     # `import mcp` pulls the SDK's server side and uvicorn (~1 s); envs/ imports the SDK when a session opens.
     assert run_python(SDK_AFTER_RAG_ENV) == "[]"
+
+
+def test_a_run_starts_ray_before_importing_the_mcp_sdk_or_the_report_stack():
+    # What `python -m rollout` imports before Ray starts, Hydra's sweep callback included: the MCP SDK (the tool plan,
+    # the tool listing), pandas and matplotlib (a sweep's comparison, the tool report) come later, and would each
+    # delay every run's Ray start.
+    code = ("import rollout.run.app, rollout.report.multirun, sys; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'mcp_types', 'pandas', 'matplotlib'}))")
+    assert run_python(code) == "[]"

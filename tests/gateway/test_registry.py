@@ -2,7 +2,7 @@ import pytest
 
 from rollout.errors import UnknownToolGroupError
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.tools import builtin_registry
+from rollout.gateway.tools import SERVED_RESOURCE_TYPES, builtin_registry
 
 
 def test_builtin_groups_register_their_tools():
@@ -12,6 +12,11 @@ def test_builtin_groups_register_their_tools():
     assert registry.group("rag_query").requires == ("dense",)
     assert registry.group("system_info").resource_type == "system"
     assert registry.group_names[:3] == ["rag_query", "rag_query_sparse", "rag_query_hybrid"]
+
+
+def test_the_module_types_a_run_checks_are_those_the_shipped_groups_serve():
+    registry = builtin_registry()
+    assert sorted(SERVED_RESOURCE_TYPES) == sorted({registry.group(g).resource_type for g in registry.group_names})
 
 
 def test_each_registry_is_its_own():

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from rollout.gateway.registry import ToolRegistry
-from rollout.gateway.tools import documents, pipeline, rag, system, toolset_tools
 
-_MODULES = (rag, documents, pipeline, system, toolset_tools)
+SERVED_RESOURCE_TYPES = ("rag", "system", "toolsets")
+"""The module types the shipped groups serve (held to `builtin_registry()` by a test): a run checks its gateway file's
+modules against them (`GatewayFile.check_served`) before its gateway, which imports the tool modules, starts."""
 
 
 def builtin_registry() -> ToolRegistry:
     """A new registry holding every shipped tool group (rag_query*, rag_search*, rag_recall*, the pipeline steps, system_info, toolsets)."""
+    # Imported here: the tool modules import the MCP server (half a second), which what only checks a gateway file's
+    # module types need not pay.
+    from rollout.gateway.tools import documents, pipeline, rag, system, toolset_tools
+
     registry = ToolRegistry()
-    for module in _MODULES:
+    for module in (rag, documents, pipeline, system, toolset_tools):
         module.register(registry)
     return registry
