@@ -12,11 +12,10 @@ first round):
   (its log's `Timeline` line) says where the seconds inside go.
 - with `--baseline DIR`, the demo of another checkout (a clone of an older commit), with `PYTHONPATH=DIR`, for a
   before/after ratio measured in the same call.
-
 - Ray beside a loading gateway: the same `ray.init` in a process that first launches the demo's gateway (its
   command line as a run builds it), as every run does. On a machine of few cores the gateway's start (imports, indexes,
-  encoder) takes CPU from Ray's own processes: this is how fast Ray can come up in any run that loads its gateway
-  while Ray starts, the part of the excess over Ray alone that is this machine's, not the run's.
+  encoder) takes CPU from Ray's own processes: this is how fast Ray comes up in any run that loads its gateway while
+  Ray starts, and how much of the demo's excess over Ray alone that contention accounts for here.
 
 It prints the medians, the run's timeline of the median demo, what comes after the summary (Ray's shutdown, the
 gateway's stop, the tool report, the interpreter's exit), the CPU seconds each takes (all its processes: the
