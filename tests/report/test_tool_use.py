@@ -15,12 +15,12 @@ from envs import HttpMCPRagEnv
 from rollout.errors import ReportError
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway_file import GATEWAYS_DIR
-from rollout.records import Passage
 from rollout.report.cli import main
 from rollout.report.tool_use import build_tool_use, parse_window
 from rollout.retrieval.cache import load_or_build_indexes
 from rollout.wire import TRAFFIC_TRAIN
 from tests.conftest import gateway_on_loopback
+from tests.gateway.loopback import PASSAGES
 from tests.report.runs import DENSE, GATEWAY_CALLS, SPARSE, TASKS, gw, make_run, write_jsonl
 
 
@@ -203,11 +203,6 @@ def test_what_cannot_be_reported_is_a_one_line_error_naming_the_fix(tmp_path, ca
 
 # --- through a real gateway -----------------------------------------------------------------------------------
 
-PASSAGES = [
-    Passage("d0", "Arlen Voss", "Arlen Voss was born in Kelmor in 1961."),
-    Passage("d1", "Kelmor", "Kelmor is a city in Dravia."),
-    Passage("d2", "Veltrix Holdings", "Veltrix Holdings makes textile looms."),
-]
 HYBRID = GATEWAYS_DIR / "rag_hybrid.json"
 
 
