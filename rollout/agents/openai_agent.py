@@ -231,9 +231,11 @@ class OpenAIAgent:
             ))
             messages.append(self._assistant_message(content, calls))
             if not calls:
-                tagged = None if self.answer_tag is None else last_answer(reply.content or "",
-                                                                           *tag_strings(self.answer_tag))
-                answer = extract_answer(content) if self.answer_tag is None else tagged or ""
+                if self.answer_tag is None:
+                    answer, tagged = extract_answer(content), None
+                else:
+                    tagged = last_answer(reply.content or "", *tag_strings(self.answer_tag))
+                    answer = tagged or ""
                 # A last reply that only calls a tool (tool_choice="none" notwithstanding) has not answered.
                 no_answer = final and not answer and bool(reply.tool_calls or written)
                 untagged = self.answer_tag is not None and tagged is None and not no_answer
