@@ -1,6 +1,7 @@
 """The Ray a run uses: the caller's, one started for the run, or, within a sweep, one its jobs share.
 
-Starting a local Ray takes seconds (its processes start and import Ray one after another). A sweep (`python -m
+Starting a local Ray takes seconds (its processes start and import Ray one after another). A run's own Ray starts
+without two head processes it never uses and without a one-second wait (`rollout.run.ray_start`). A sweep (`python -m
 rollout -m ...`) runs its jobs one after another in one process: within `ray_for_the_sweep()` the Ray a job starts
 stays up for the next job with the same Ray settings, and is shut down when the sweep ends. A job with other settings
 (another `ray.address`, `ray.num_cpus` or verbosity) gets a Ray of its own.
@@ -21,6 +22,7 @@ import ray
 from rollout.logs import RAY_WORKER_SETUP_HOOK, levels, ray_worker_env
 from rollout.run.config import RunConfig
 from rollout.run.ray_console import forward_worker_logs, quiet_token_notice
+from rollout.run.ray_start import lean_start
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +92,8 @@ def ray_session(cfg: RunConfig) -> Iterator[None]:
         _shutdown("the sweep's Ray, started with other settings")
         _sweep.settings = None
     os.environ.update(worker_env)  # before the raylet starts: its workers inherit it
-    ray.init(**copy.deepcopy(settings))  # Ray adds to the runtime_env it is given
+    with lean_start() if settings["address"] == "local" else contextlib.nullcontext():
+        ray.init(**copy.deepcopy(settings))  # Ray adds to the runtime_env it is given
     forward_worker_logs()
     if _sweep.active:
         _sweep.settings = (settings, worker_env)
