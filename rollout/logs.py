@@ -136,6 +136,17 @@ def _adopt_library_handlers() -> None:
             logger.propagate = True
 
 
+def adopt_serve_logger() -> None:
+    """Ray Serve's logger in this process ("ray.serve", given a handler, a format and INFO of its own when `ray.serve`
+    is imported) prints through the root logger's handler instead, in the one format, at the level of `ray`."""
+    if not logging.getLogger().handlers:
+        return
+    logger = logging.getLogger("ray.serve")
+    logger.handlers.clear()
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+
+
 def set_library_progress_bars(on: bool) -> None:
     """Turn the libraries' progress bars off, in this process and in the processes it starts; `on` changes nothing
     (they draw by default, and a user's own `TQDM_DISABLE=1` stays).

@@ -18,6 +18,7 @@ from rollout.logs import (
     LIBRARY_LOGGERS,
     Levels,
     add_verbosity_options,
+    adopt_serve_logger,
     apply_verbosity,
     formatter,
     levels,
@@ -93,6 +94,30 @@ def test_applying_the_default_quiets_libraries_that_set_their_own_level(logging_
     assert logging.getLogger("bm25s").getEffectiveLevel() == logging.INFO
     apply_verbosity(-1, terminal=False)
     assert logging.getLogger("rollout").getEffectiveLevel() == logging.WARNING
+
+
+def test_ray_serve_s_lines_take_the_one_format_and_ray_s_level(logging_state, capsys):
+    import ray.serve  # noqa: F401  (gives "ray.serve" a handler, a format and INFO of its own)
+
+    serve_logger = logging.getLogger("ray.serve")
+    saved = serve_logger.handlers[:], serve_logger.propagate, serve_logger.level
+    root = logging.getLogger()
+    kept = logging.StreamHandler(sys.stderr)
+    kept.setFormatter(formatter())
+    root.addHandler(kept)
+    try:
+        apply_verbosity(0, terminal=False)
+        adopt_serve_logger()
+        serve_logger.info("Deleting app ['rollout-gateway-1']")  # as Serve logs it when a run's gateway goes
+        serve_logger.warning("Deployment is unhealthy")
+        apply_verbosity(2, terminal=False)
+        serve_logger.info("Deleting app ['rollout-gateway-2']")
+    finally:
+        root.removeHandler(kept)
+        serve_logger.handlers[:], serve_logger.propagate, serve_logger.level = saved
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(LOG_LINE.match(line) for line in lines), lines
+    assert "Deployment is unhealthy" in lines[0] and "rollout-gateway-2" in lines[1]
 
 
 def test_off_a_terminal_progress_bars_are_off_here_and_in_child_processes(logging_state):

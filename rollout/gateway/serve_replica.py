@@ -28,7 +28,7 @@ from rollout.gateway.http_app import gateway_app
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway
 from rollout.gateway_file import VISUALIZE_GROUP, load_gateway_file
-from rollout.logs import apply_verbosity, verbosity
+from rollout.logs import configure_logging, verbosity
 from rollout.retrieval.params import RetrievalParams
 from rollout.run_folder import replica_ledger_name
 from rollout.wire import resolve_token
@@ -85,7 +85,7 @@ class GatewayReplica:
         from ray import serve
 
         args = build_parser().parse_args(argv)
-        apply_verbosity(verbosity(args))
+        configure_logging(verbosity(args))  # a Ray worker of Serve's: its lines reach the run's log in the one format
         self.replica = serve.get_replica_context().replica_id.unique_id
         gateway = load_gateway_file(args.config)
         kb = load_knowledge_base(args, plan_gateway(gateway).requires, RetrievalParams.from_dict(retrieval))

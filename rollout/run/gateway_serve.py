@@ -20,6 +20,7 @@ import ray
 
 from rollout.errors import ConfigError, GatewayError
 from rollout.gateway.serve_replica import check_replicable, gateway_application, prebuild_indexes
+from rollout.logs import adopt_serve_logger
 from rollout.run.gateway_process import health_url
 from rollout.wire import auth_headers, resolve_token
 
@@ -65,6 +66,7 @@ class ServeGateway:
         """Build the indexes once, start Serve if it is not running, and deploy; `wait_ready` waits for it."""
         from ray import serve
 
+        adopt_serve_logger()
         if not ray.is_initialized():
             raise GatewayError("a Ray Serve gateway needs Ray: start it first (the run does)")
         t0 = time.perf_counter()

@@ -6,7 +6,9 @@ run's workers log in the run's format already (`rollout.logs.configure_ray_worke
 Ray's printer off and logs each forwarded line through the driver's logging instead, so it reaches the console and
 rollout.log alike, as `HH:MM:SS LEVEL logger: [worker-0] message`. A line a worker printed in no format (a print,
 a library's own output) is logged under `rollout.run.worker`; the lines after a logged line that are not in the
-format (a traceback) stay with it.
+format (a traceback) stay with it. A line in Ray Serve's own format (its controller's, its proxy's) is logged under
+`ray.serve` at its level. The errors Ray pushes to the driver (a worker that died, a task Ray retries),
+which Ray prints to stdout as "(raylet) ..." past any printer, are logged the same way, as warnings of logger `ray`.
 
 Ray's "Token authentication is enabled for this Ray cluster" warning (a token in ~/.ray, no RAY_AUTH_MODE) says
 nothing a run's user can act on: `quiet_token_notice` keeps it out of the run's log.
@@ -19,6 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import ray._private.worker
 from ray._private.ray_logging import global_worker_stdstream_dispatcher
 
 RAY_PRINTER = "ray_print_logs"
@@ -29,15 +32,26 @@ WORKER_LOGGER = "rollout.run.worker"
 """The logger of a forwarded line in no format."""
 _FORMATTED = re.compile(r"\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL) +([^\s:]+): (.*)", re.DOTALL)
 """A line in the one format (rollout.logs.LOG_FORMAT): its level, logger and message."""
+_SERVE_FORMATTED = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} .*? -- (.*)",
+                              re.DOTALL)
+"""A line in Ray Serve's format (its controller's, its proxy's): its level and message, logged under `ray.serve`."""
 TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
 TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def forward_worker_logs() -> None:
-    """Log the lines Ray forwards from workers through this process's logging, not Ray's printer (idempotent)."""
+    """Log the lines Ray forwards from workers, and the errors it pushes to the driver, through this process's
+    logging, not Ray's printer (idempotent)."""
     global_worker_stdstream_dispatcher.remove_handler(RAY_PRINTER)
     global_worker_stdstream_dispatcher.remove_handler(FORWARDER)
     global_worker_stdstream_dispatcher.add_handler(FORWARDER, log_batch)
+    # The driver's thread that prints the errors Ray pushes to it calls this module function by name.
+    ray._private.worker.print_to_stdstream = _log_pushed_error
+
+
+def _log_pushed_error(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+    """In place of Ray's `print_to_stdstream`: the batch goes to the run's log, not to stdout."""
+    log_batch(data)
 
 
 def log_batch(batch: dict[str, Any]) -> None:
@@ -52,13 +66,15 @@ def records(batch: dict[str, Any]) -> Iterator[tuple[str, int, str]]:
     if pid == "autoscaler":
         return  # cluster events of an autoscaling cluster, not a worker's; `ray status` shows them
     who = batch.get("actor_name") or batch.get("task_name") or ("raylet" if pid == "raylet" else f"pid {pid}")
-    unformatted = logging.WARNING if batch.get("is_err") else logging.INFO
+    # The raylet's lines and the errors Ray pushes to the driver (all under pid "raylet") are warnings
+    unformatted = logging.WARNING if batch.get("is_err") or pid == "raylet" else logging.INFO
     current: tuple[str, int, str] | None = None  # the record the lines so far belong to
     for line in batch.get("lines", []):
-        if (m := _FORMATTED.fullmatch(line)) is not None:
+        if (m := _FORMATTED.fullmatch(line)) is not None or (s := _SERVE_FORMATTED.fullmatch(line)) is not None:
             if current is not None:
                 yield current
-            current = (m.group(2), logging.getLevelName(m.group(1)), f"[{who}] {m.group(3)}")
+            name, level, message = (m.group(2), m.group(1), m.group(3)) if m else ("ray.serve", s.group(1), s.group(2))
+            current = (name, logging.getLevelName(level), f"[{who}] {message}")
         elif current is not None and line.strip():
             current = (current[0], current[1], f"{current[2]}\n{line}")
         elif line.strip():
