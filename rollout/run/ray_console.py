@@ -70,10 +70,10 @@ def records(batch: dict[str, Any]) -> Iterator[tuple[str, int, str]]:
     unformatted = logging.WARNING if batch.get("is_err") or pid == "raylet" else logging.INFO
     current: tuple[str, int, str] | None = None  # the record the lines so far belong to
     for line in batch.get("lines", []):
-        if (m := _FORMATTED.fullmatch(line)) is not None or (s := _SERVE_FORMATTED.fullmatch(line)) is not None:
+        if (parsed := _logged(line)) is not None:
             if current is not None:
                 yield current
-            name, level, message = (m.group(2), m.group(1), m.group(3)) if m else ("ray.serve", s.group(1), s.group(2))
+            name, level, message = parsed
             current = (name, logging.getLevelName(level), f"[{who}] {message}")
         elif current is not None and line.strip():
             current = (current[0], current[1], f"{current[2]}\n{line}")
@@ -81,6 +81,15 @@ def records(batch: dict[str, Any]) -> Iterator[tuple[str, int, str]]:
             yield WORKER_LOGGER if pid != "raylet" else "ray", unformatted, f"[{who}] {line}"
     if current is not None:
         yield current
+
+
+def _logged(line: str) -> tuple[str, str, str] | None:
+    """The logger, level name and message of a line in the one format or in Ray Serve's; None for any other line."""
+    if (m := _FORMATTED.fullmatch(line)) is not None:
+        return m.group(2), m.group(1), m.group(3)
+    if (m := _SERVE_FORMATTED.fullmatch(line)) is not None:
+        return "ray.serve", m.group(1), m.group(2)
+    return None
 
 
 class _DropTokenNotice(logging.Filter):
