@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import re
@@ -96,15 +97,17 @@ def test_applying_the_default_quiets_libraries_that_set_their_own_level(logging_
     assert logging.getLogger("rollout").getEffectiveLevel() == logging.WARNING
 
 
-def test_ray_serve_s_lines_take_the_one_format_and_ray_s_level(logging_state, capsys):
+def test_ray_serve_s_lines_take_the_one_format_and_ray_s_level(logging_state):
     import ray.serve  # noqa: F401  (gives "ray.serve" a handler, a format and INFO of its own)
 
     serve_logger = logging.getLogger("ray.serve")
     saved = serve_logger.handlers[:], serve_logger.propagate, serve_logger.level
     root = logging.getLogger()
-    kept = logging.StreamHandler(sys.stderr)
+    saved_root = root.handlers[:]
+    written = io.StringIO()
+    kept = logging.StreamHandler(written)
     kept.setFormatter(formatter())
-    root.addHandler(kept)
+    root.handlers[:] = [kept]  # the run's one handler, and no other test's
     try:
         apply_verbosity(0, terminal=False)
         adopt_serve_logger()
@@ -113,9 +116,9 @@ def test_ray_serve_s_lines_take_the_one_format_and_ray_s_level(logging_state, ca
         apply_verbosity(2, terminal=False)
         serve_logger.info("Deleting app ['rollout-gateway-2']")
     finally:
-        root.removeHandler(kept)
+        root.handlers[:] = saved_root
         serve_logger.handlers[:], serve_logger.propagate, serve_logger.level = saved
-    lines = capsys.readouterr().err.splitlines()
+    lines = written.getvalue().splitlines()
     assert len(lines) == 2 and all(LOG_LINE.match(line) for line in lines), lines
     assert "Deployment is unhealthy" in lines[0] and "rollout-gateway-2" in lines[1]
 

@@ -26,6 +26,7 @@ def test_a_replica_s_lines_are_in_the_one_format_on_stderr(tmp_path, cache_dir, 
                         lambda: SimpleNamespace(replica_id=SimpleNamespace(unique_id="replica-1")))
     root = logging.getLogger()
     saved = root.handlers[:], root.level
+    root.handlers[:] = []  # the replica's process starts with none; the configuring closes what it finds
     capfd.readouterr()
     try:
         replica = GatewayReplica([*argv, "--host", "127.0.0.1"], cfg.retriever.to_dict())
