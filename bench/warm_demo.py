@@ -45,24 +45,19 @@ from rollout.paths import PROJECT_ROOT
 
 SUMMARY_HEAD = re.compile(r"^rollout · mode=")
 TIMELINE = re.compile(r"Timeline \(seconds since start\): (.*)$")
-RAY_ONLY = """
+RAY_INIT = 'ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)'
+"""The `ray.init` a run makes for its own Ray (`rollout.run.ray_session.ray_settings`), written out so that Ray alone
+imports nothing of rollout's."""
+RAY_ONLY = f"""
 import logging
 import ray
-ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+{RAY_INIT}
 print("ray up", flush=True)
 ray.shutdown()
 """
-"""Ray alone, with the arguments a run gives its local Ray (`rollout.run.ray_session.ray_settings`), written out so
-that this process imports nothing of rollout's."""
-RAY_AS_A_RUN_STARTS_IT = """
-import logging
-import ray
-from rollout.run.ray_start import lean_start
-with lean_start():
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
-print("ray up", flush=True)
-ray.shutdown()
-"""
+"""Ray alone, started as a bare `ray.init` with a run's arguments."""
+RAY_AS_A_RUN_STARTS_IT = RAY_ONLY.replace(
+    RAY_INIT, f"from rollout.run.ray_start import lean_start\nwith lean_start():\n    {RAY_INIT}")
 """`RAY_ONLY` as a run starts its own Ray (`rollout.run.ray_start` imports nothing but Ray's)."""
 
 
@@ -123,14 +118,9 @@ def ray_alone(script: str) -> Timing:
 
 
 RAY_BESIDE_GATEWAY = """
-import logging, subprocess, sys
+import subprocess, sys
 gateway = subprocess.Popen([sys.executable, "-m", "rollout.gateway", *sys.argv[1:], "--port", "0", "-q"])
-import ray
-from rollout.run.ray_start import lean_start
-with lean_start():
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
-print("ray up", flush=True)
-ray.shutdown()
+""" + RAY_AS_A_RUN_STARTS_IT + """
 gateway.terminate()
 gateway.wait()
 """

@@ -131,9 +131,13 @@ def _adopt_library_handlers() -> None:
         return
     for name in ("ray", "transformers", "datasets", "huggingface_hub"):
         if name in sys.modules:
-            logger = logging.getLogger(name)
-            logger.handlers.clear()
-            logger.propagate = True
+            _through_root(logging.getLogger(name))
+
+
+def _through_root(logger: logging.Logger) -> None:
+    """`logger` prints through the root logger's handler, not one of its own."""
+    logger.handlers.clear()
+    logger.propagate = True
 
 
 def adopt_serve_logger() -> None:
@@ -142,8 +146,7 @@ def adopt_serve_logger() -> None:
     if not logging.getLogger().handlers:
         return
     logger = logging.getLogger("ray.serve")
-    logger.handlers.clear()
-    logger.propagate = True
+    _through_root(logger)
     logger.setLevel(logging.NOTSET)
 
 

@@ -59,9 +59,9 @@ def _quantiles(values: pd.Series, qs: tuple[float, ...]) -> list[float | None]:
     return [round(float(v), 3) for v in np.quantile(array, qs)]
 
 
-def _quantile_columns(prefix: str, values: pd.Series, qs: tuple[float, ...]) -> dict[str, float | None]:
-    """`{prefix}p50`-style columns, one per quantile of `qs`."""
-    return {f"{prefix}p{int(q * 100)}": v for q, v in zip(qs, _quantiles(values, qs), strict=True)}
+def _quantile_columns(column: str, values: pd.Series, qs: tuple[float, ...]) -> dict[str, float | None]:
+    """A column per quantile of `qs`, named by `column` with the percentile in place of `{}` ("p{}_ms": p50_ms)."""
+    return {column.format(int(q * 100)): v for q, v in zip(qs, _quantiles(values, qs), strict=True)}
 
 
 def _rate(num: float, den: float) -> float | None:
@@ -77,8 +77,8 @@ def _call_stats(g: pd.DataFrame, outcomes: list[str]) -> dict[str, Any]:
         "success_calls": success,
         "failed_calls": total - success,
         "success_rate": _rate(success, total),
-        **{f"{k}_ms": v for k, v in _quantile_columns("", g["duration_ms"], LATENCY_QUANTILES).items()},
-        **{f"{k}_ms": v for k, v in _quantile_columns("rtt_", g["rtt_ms"], LATENCY_QUANTILES).items()},
+        **_quantile_columns("p{}_ms", g["duration_ms"], LATENCY_QUANTILES),
+        **_quantile_columns("rtt_p{}_ms", g["rtt_ms"], LATENCY_QUANTILES),
         "rtt_calls": int(g["rtt_ms"].notna().sum()),
         **_token_stats(g),
         **{f"outcome_{o}": int(counts.get(o, 0)) for o in outcomes},
@@ -92,7 +92,7 @@ def _token_stats(g: pd.DataFrame) -> dict[str, Any]:
     return {
         "accounted_calls": len(context),
         "context_tokens_mean": round(float(context.mean()), 3) if len(context) else None,
-        **_quantile_columns("context_tokens_", context, (0.5, 0.95)),
+        **_quantile_columns("context_tokens_p{}", context, (0.5, 0.95)),
         "llm_tokens_mean": round(float(llm.mean()), 3) if len(llm) else None,
     }
 

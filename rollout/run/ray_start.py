@@ -39,16 +39,17 @@ def lean_start() -> Iterator[None]:
     """Within it, `ray.init(address="local")` starts Ray as the module docstring says."""
     from ray._private import node, services
 
-    replaced: list[tuple[Any, str, Any]] = [
-        (node.Node, name, getattr(node.Node, name)) for name in UNUSED_HEAD_PROCESSES if hasattr(node.Node, name)]
+    swaps: list[tuple[Any, str, Any]] = [
+        (node.Node, name, _start_nothing) for name in UNUSED_HEAD_PROCESSES if hasattr(node.Node, name)]
     if hasattr(services, "get_node"):
-        replaced.append((services, "get_node", services.get_node))
-    for owner, name, original in replaced:
-        setattr(owner, name, _get_node_soon(original) if name == "get_node" else _start_nothing)
+        swaps.append((services, "get_node", _get_node_soon(services.get_node)))
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in swaps]
+    for owner, name, replacement in swaps:
+        setattr(owner, name, replacement)
     try:
         yield
     finally:
-        for owner, name, original in replaced:
+        for owner, name, original in originals:
             setattr(owner, name, original)
 
 
