@@ -16,14 +16,16 @@ is answered as Search-R1's retrieval server answers it, one list per query, best
     {"result": [[{"document": {"id": "d1", "contents": "Veltrix Holdings\\nVeltrix ...", "title": "Veltrix Holdings",
                                "text": "Veltrix ..."}, "score": 12.3}, ...], [...]]}
 
-and without `return_scores` each item is the bare document. One string `query` (rLLM's search tool):
+and without `return_scores` each item is the bare document. One string `query` is what two clients send and
+they read different keys: rLLM's search tool posts `{"query", "top_k"}` and reads `results`; SkyRL-gym's
+`SearchToolGroup` posts `{"query", "topk", "return_scores": true}` and reads `result` as Search-R1's list of lists.
+So one query is answered with both, the same hits in each:
 
-    {"query": "who founded veltrix?", "top_k": 3}
+    {"result": [[{"document": {...}, "score": 12.3}, ...]],
+     "results": [{"id": "d1", "content": "Veltrix Holdings\\nVeltrix ...", "score": 12.3, "document": {...}}, ...]}
 
-is answered as rLLM's retrieval servers answer one query, a flat list best first, each item with its score:
-
-    {"results": [{"id": "d1", "content": "Veltrix Holdings\\nVeltrix ...", "score": 12.3, "document": {...}}, ...]}
-
+`result` is Search-R1's answer to `{"queries": [query]}` (scores as `return_scores` asks); `results` is rLLM's
+flat list, every item with its score.
 `contents` and `content` are `title\\ntext`, as in a FlashRAG corpus; `document` (the same object as Search-R1's)
 is there for rLLM's earlier search example, which read `document.contents`. `topk`, `top_k` or `k` name the depth:
 a missing or null one is the gateway's `--default-top-k`; above `--max-top-k` is refused. When the gateway file pins
@@ -50,7 +52,7 @@ write non-ASCII text).
 
 | status | when |
 |---|---|
-| 200 | `{"result": [...]}` for `queries`, `{"results": [...]}` for one `query` |
+| 200 | `{"result": [...]}` for `queries`; `{"result": [[...]], "results": [...]}` for one `query` |
 | 400 | the body is not a JSON object, an unknown key, a bad `topk`, empty `queries`, `queries` and `query` both, a bad query, an `X-Rollout-Step` that is not an integer |
 | 403 / 421 | the Origin / Host header is not one this gateway serves |
 | 404 | the gateway serves no query tool, or not the one the path names |
@@ -116,8 +118,9 @@ escape (6 bytes: Python's `json` and `requests` write non-ASCII text so) are 30.
 _QUERY_KEYS = ("queries", "query")
 _TOPK_KEYS = ("topk", "top_k", "k")
 _KEYS = (*_QUERY_KEYS, *_TOPK_KEYS, "return_scores")
-AnswerShape = Literal["search_r1", "rllm"]
-"""Search-R1's `{"result": [[...], ...]}` (for `queries`) or rLLM's `{"results": [...]}` (for one `query`)."""
+AnswerShape = Literal["search_r1", "one_query"]
+"""Search-R1's `{"result": [[...], ...]}` (for `queries`), or for one `query` that and rLLM's `{"results": [...]}`
+side by side (SkyRL-gym reads the first, rLLM the second)."""
 _EXAMPLE = 'e.g. {"queries": ["..."], "topk": 3, "return_scores": true}'
 
 
@@ -138,10 +141,10 @@ class RetrieveRequest:
     topk: int | None
     """None: the gateway's default (or the pinned top_k)."""
     return_scores: bool
-    """Search-R1's answer only: each item `{"document", "score"}` rather than the bare document. rLLM's answer
+    """Search-R1's `result` only: each item `{"document", "score"}` rather than the bare document. rLLM's `results`
     always has the scores."""
     shape: AnswerShape = "search_r1"
-    """rLLM's answer for a request of one string `query`, Search-R1's for a list of `queries`."""
+    """Both answers for a request of one string `query`, Search-R1's for a list of `queries`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,7 @@ def parse_request(raw: bytes, max_top_k: int) -> RetrieveRequest:
     if "query" in body:
         if not isinstance(body["query"], str):
             raise Refused(400, "query must be one string; send several as queries: [...]")
-        queries, shape = [body["query"]], "rllm"
+        queries, shape = [body["query"]], "one_query"
     elif "queries" in body:
         queries = body["queries"]
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
@@ -258,14 +261,17 @@ def answer_body(ranked: Ranked, return_scores: bool, documents: DocumentCache) -
     return ('{"result": [' + ", ".join(f"[{items}]" for items in lists) + "]}").encode()
 
 
-def rllm_answer_body(rows: list[tuple[int, float]], passages: Sequence[Passage]) -> bytes:
-    """`{"results": [...]}` as rLLM's retrieval servers answer one query: each item its passage's `id`, `content`
-    (`title\\ntext`) and `score` (what rLLM's search tool reads), and the `document` Search-R1 answers with."""
+def one_query_answer_body(rows: list[tuple[int, float]], return_scores: bool, documents: DocumentCache,
+                          passages: Sequence[Passage]) -> bytes:
+    """`{"result": [[...]], "results": [...]}`: Search-R1's answer to one query (SkyRL-gym's search tool reads it)
+    beside rLLM's flat list, each of whose items has its passage's `id`, `content` (`title\\ntext`), `score` (what
+    rLLM's search tool reads) and the `document` Search-R1 answers with."""
     results = []
     for row, score in rows:
         doc = document(passages[row])
         results.append({"id": doc["id"], "content": doc["contents"], "score": score, "document": doc})
-    return json.dumps({"results": results}).encode()
+    search_r1 = answer_body([rows], return_scores, documents)
+    return search_r1[:-1] + b', "results": ' + json.dumps(results).encode() + b"}"
 
 
 @dataclass(slots=True)
@@ -347,8 +353,8 @@ class RetrieveApi:
         (for hundreds of queries, milliseconds of JSON the event loop does not wait for)."""
         assert self._documents is not None
         _, ranked = self.kb.search_rows(route.retriever, queries, k)
-        if parsed.shape == "rllm":
-            body = rllm_answer_body(ranked[0], self.kb.passages)
+        if parsed.shape == "one_query":
+            body = one_query_answer_body(ranked[0], parsed.return_scores, self._documents, self.kb.passages)
         else:
             body = answer_body(ranked, parsed.return_scores, self._documents)
         return body, ledger_lines(self._stats(route, queries, marks, started, t0, ranked, None))

@@ -121,12 +121,13 @@ def test_the_top_k_and_k_aliases(sparse, body):
 
 def test_one_query_string_gets_rllms_answer_as_its_search_tool_reads_it(sparse):
     """rLLM's search tool posts {"query", "top_k"} and reads results[j]["id"], ["content"] and ["score"] (its
-    earlier search example read ["document"]["id"] and ["document"]["contents"])."""
+    earlier search example read ["document"]["id"] and ["document"]["contents"]); Search-R1's `result` for the
+    same query stands beside it."""
     for query in QUERIES:
         r = retrieve(sparse, {"query": query, "top_k": 2})
         assert r.status_code == 200 and r.headers["X-Top-K"] == "2"
         answer = r.json()
-        assert list(answer) == ["results"]
+        assert list(answer) == ["result", "results"]
         results = answer["results"]
         hits = httpx.post(f"{sparse}/proxy/tools/{TOOL}/call", json={"query": query, "top_k": 2},
                           timeout=30).json()["structured_content"]["results"]
@@ -134,10 +135,24 @@ def test_one_query_string_gets_rllms_answer_as_its_search_tool_reads_it(sparse):
         assert [(x["id"], x["content"], x["score"]) for x in results] == [
             (h["id"], f"{h['title']}\n{h['text']}", h["score"]) for h in hits]
         assert [list(x) for x in results] == [["id", "content", "score", "document"]] * len(hits)
-        search_r1 = retrieve(sparse, {"queries": [query], "topk": 2, "return_scores": True}).json()["result"][0]
-        assert [x["document"] for x in results] == [item["document"] for item in search_r1]
+        assert answer["result"] == retrieve(sparse, {"queries": [query], "topk": 2}).json()["result"]
     assert retrieve(sparse, {"query": QUERIES[0], "k": 2, "return_scores": False}).json() == retrieve(
         sparse, {"query": QUERIES[0], "top_k": 2}).json()
+
+
+def test_skyrl_gyms_own_search_tool_reads_the_hits_of_one_query(sparse, tmp_path):
+    """SkyRL-gym's `SearchToolGroup` posts {"query", "topk", "return_scores": true} and reads `result` as
+    Search-R1's list of lists: each hit's `document.contents` reaches its tool output."""
+    from skyrl_gym.tools.search import SearchToolGroup
+
+    tool = SearchToolGroup(search_url=f"{sparse}/retrieve", topk=2, timeout=30, log_requests=False)
+    for query in QUERIES:
+        output = json.loads(tool.search(query))["result"]
+        expected = retrieve(sparse, {"queries": [query], "topk": 2, "return_scores": True}).json()["result"][0]
+        assert expected, f"{query!r} should match a passage, or the comparison proves nothing"
+        assert output == "".join(f"Doc {i + 1}: {item['document']['contents'].strip()}\n"
+                                 for i, item in enumerate(expected))
+    assert [x["via"] for x in ledger(tmp_path)] == ["retrieve"] * 2 * len(QUERIES)  # each query counted once
 
 
 def eight_passages() -> list[Passage]:
