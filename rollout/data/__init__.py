@@ -1,7 +1,8 @@
 """Corpora and question sets: typed records and specs, loaders for files, folders of text documents and
-Hugging Face datasets, chunking, and the generated demo knowledge base."""
+Hugging Face datasets, chunking, the corpus store every gateway maps, and the generated demo knowledge base."""
 
 from rollout.data.chunking import chunk_passages
+from rollout.data.corpus_store import CorpusStore, open_corpus
 from rollout.data.demo_kb import DemoKB, ensure_demo_kb, generate_demo_kb
 from rollout.data.folder import is_source_folder
 from rollout.data.loaders import load_corpus, load_corpus_spec, load_question_spec, load_questions
@@ -12,6 +13,7 @@ from rollout.records import Passage, Question
 
 __all__ = [
     "CorpusSpec",
+    "CorpusStore",
     "DataError",
     "DemoKB",
     "Passage",
@@ -26,4 +28,5 @@ __all__ = [
     "load_question_spec",
     "load_questions",
     "materialize_corpus",
+    "open_corpus",
 ]

@@ -189,22 +189,24 @@ class _UniqueIds:
                             f"{self._source.unit} {first}; ids must be unique")
 
 
-def iter_corpus_spec(spec: CorpusSpec) -> Iterator[Passage]:
+def iter_corpus_spec(spec: CorpusSpec, *, check_ids: bool = True) -> Iterator[Passage]:
     """Stream the passages of `spec`, chunked when `chunk_tokens` is set or the source is a folder of documents
-    (used to materialize big corpora)."""
+    (used to materialize big corpora). `check_ids=False` leaves the check that ids are unique (a dict of every
+    id) to the caller: the corpus store checks its sorted id hashes instead."""
     if spec.is_folder():
         yield from _iter_folder_corpus(spec)
         return
     source = _open(spec, CORPUS_FORMAT)
-    ids = _UniqueIds(source)
+    ids = _UniqueIds(source) if check_ids else None
     parse = _passage_parser(spec.columns)
     for number, doc in _records(source, parse, spec.columns, CORPUS_FIELDS, "corpus", CORPUS_FORMAT):
-        ids.add(doc.id, number)
+        if ids is not None:
+            ids.add(doc.id, number)
         if spec.chunk_tokens is None:
             yield doc
             continue
         for chunk in iter_chunks(doc, max_tokens=spec.chunk_tokens, overlap=spec.chunk_overlap):
-            if chunk is not doc:
+            if chunk is not doc and ids is not None:
                 ids.add(chunk.id, number, f" (chunk of document {doc.id!r})")
             yield chunk
 

@@ -38,7 +38,7 @@ def materialize_corpus(spec: CorpusSpec, cache_dir: Path) -> Path:
     spec.check()
     if spec.path and not spec.columns and spec.chunk_tokens is None and is_plain_jsonl(Path(spec.path).expanduser()):
         return Path(spec.path).expanduser()
-    target = Path(cache_dir) / f"corpus-{_cache_key(spec)}.jsonl"
+    target = Path(cache_dir) / f"corpus-{corpus_cache_key(spec)}.jsonl"
     if target.is_file():
         logger.debug("Reusing materialized corpus %s for %s", target, spec.source)
         return target
@@ -59,7 +59,8 @@ def materialize_corpus(spec: CorpusSpec, cache_dir: Path) -> Path:
     return target
 
 
-def _cache_key(spec: CorpusSpec) -> str:
+def corpus_cache_key(spec: CorpusSpec) -> str:
+    """16 hex digits naming what `spec` reads: its settings and the size and mtime of its files."""
     settings: dict[str, Any] = {f.name: getattr(spec, f.name) for f in fields(spec)}
     settings["columns"] = dict(sorted(dict(spec.columns).items()))
     # A folder's default chunk size is part of what is written; other specs keep their keys (same value).

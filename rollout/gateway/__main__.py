@@ -29,7 +29,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rollout.data import ensure_demo_kb, load_corpus
+from rollout.data import ensure_demo_kb, open_corpus
 from rollout.errors import ConfigError, RolloutError
 from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
@@ -133,7 +133,7 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str],
     started = time.perf_counter()
     cache_dir = args.cache_dir or default_cache_dir()
     corpus_path = corpus_of(args, cache_dir)
-    passages = load_corpus(corpus_path)
+    passages = open_corpus(corpus_path, cache_dir)
     read = time.perf_counter()
     params = params or load_retrieval_params(args.retriever_config)
     retrievers = load_or_build_indexes(passages, cache_dir, which=requires, params=params) if requires else {}

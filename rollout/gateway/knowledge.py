@@ -11,12 +11,13 @@ This module holds the tools' result models and argument limits; the retrieval it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from rollout.data.corpus_store import CorpusStore
 from rollout.gateway.steps import RecentResults, StepSettings
 from rollout.records import Passage
 from rollout.retrieval import Retriever
@@ -140,8 +141,11 @@ class KnowledgeBase:
             self.tokenizer = load_token_counter(None)
         return self.tokenizer
 
-    def doc_rows(self) -> dict[str, tuple[int, ...]]:
-        """Passage rows of each source document, in corpus order; built on first use."""
+    def doc_rows(self) -> Mapping[str, tuple[int, ...]]:
+        """Passage rows of each source document, in corpus order: looked up on a corpus store, else built on first
+        use."""
+        if isinstance(self.passages, CorpusStore):
+            return self.passages.doc_rows()
         if self._doc_rows is None:
             rows: dict[str, list[int]] = {}
             for row, p in enumerate(self.passages):

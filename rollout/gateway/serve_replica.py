@@ -64,7 +64,7 @@ def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
     """
     import time
 
-    from rollout.data import load_corpus
+    from rollout.data import open_corpus
     from rollout.paths import default_cache_dir
     from rollout.retrieval import load_or_build_indexes
 
@@ -73,7 +73,7 @@ def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
     requires = plan_gateway(load_gateway_file(args.config)).requires
     if requires:
         cache_dir = args.cache_dir or default_cache_dir()
-        load_or_build_indexes(load_corpus(corpus_of(args, cache_dir)), cache_dir, which=requires,
+        load_or_build_indexes(open_corpus(corpus_of(args, cache_dir), cache_dir), cache_dir, which=requires,
                               params=RetrievalParams.from_dict(retrieval))
     return time.perf_counter() - started
 

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.console import ReadableConsole
-from rollout.data import load_corpus
+from rollout.data import open_corpus
 from rollout.errors import RolloutError
 from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity, parse_verbose
@@ -168,7 +168,7 @@ def run_eval(cfg: DictConfig, out_dir: Path | str | None = None) -> list[Retriev
     if any(k not in KINDS for k in kinds):
         raise RolloutError(f"retriever.kind={kind!r}: use retriever=dense, sparse, hybrid or default (all)")
     data = prepare_data(DatasetConfig.from_dict(c["dataset"]), cache_dir)
-    passages = load_corpus(data.corpus_path)
+    passages = open_corpus(data.corpus_path, cache_dir)
     built = load_or_build_indexes(passages, cache_dir, which=kinds, params=RetrievalParams.from_dict(c["retriever"]))
     rows = evaluate({k: built[k] for k in kinds}, data.questions, passages, [int(k) for k in c["ks"]])
     console = ReadableConsole()

@@ -1,0 +1,264 @@
+"""A corpus on disk that every process maps and shares: the passages as one Arrow file, looked up by row or id.
+
+A gateway used to parse its corpus into one `Passage` object per line (about 1 KB each, in every gateway process
+and Serve replica, after seconds of JSON per million lines). The store is written once per corpus, streamed from
+its source, into the cache as `corpus-store-<key>/`:
+
+    passages.arrow   columns id, title, text, doc_id (Arrow IPC file, uncompressed, so it can be memory-mapped)
+    ids.npy          per row, a 64-bit hash of its id, sorted; rows.npy the row of each (row order among equal hashes)
+    docs.npy         the same for each row's source document (`Passage.source_id`); doc_rows.npy its rows
+    meta.json        written last: passages, the corpus fingerprint (`rollout.retrieval.cache.corpus_fingerprint`)
+
+Opening it reads meta.json and the Arrow footer; a passage is built when a row is asked for, and only the pages
+those rows sit on become resident (file-backed pages the kernel shares between every process that maps the file).
+An id or document lookup binary-searches the hash arrays (also memory-mapped) and compares the ids themselves, so a
+hash collision costs a comparison, never a wrong row. The key is the source's spec and the size and modification
+time of its files (`rollout.data.materialize`): an edited corpus gets a new store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import pyarrow as pa
+
+from rollout.data.materialize import corpus_cache_key
+from rollout.data.specs import CorpusSpec
+from rollout.errors import DataError
+from rollout.records import Passage
+
+logger = logging.getLogger(__name__)
+
+STORE_VERSION = 1
+"""Bump when the files of a store change: a store of another version is rebuilt."""
+_PASSAGES = "passages.arrow"
+_META = "meta.json"
+_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string()), ("doc_id", pa.string())])
+_BATCH_ROWS = 65_536
+_BATCH_BYTES = 64 * 1024 * 1024
+"""A record batch ends at this many rows or bytes of text, whichever comes first: long documents (BrowseComp-Plus'
+are tens of KB) stay far from Arrow's 2 GiB per string array, and a write holds one batch at a time."""
+
+
+def id_hashes(ids: Iterable[str]) -> np.ndarray:
+    """A stable 64-bit hash of each id (blake2b), the same in every process and Python version."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest(), "little")
+                        for i in ids), dtype=np.uint64)
+
+
+class CorpusStore(Sequence[Passage]):
+    """The passages of one corpus, read from its memory-mapped store: `store[row]` is a `Passage`."""
+
+    def __init__(self, path: Path) -> None:
+        """Open the store directory `path` (written by `write_store`); a `DataError` says to delete a broken one."""
+        self.path = Path(path)
+        try:
+            meta = json.loads((self.path / _META).read_text(encoding="utf-8"))
+            if meta.get("version") != STORE_VERSION:
+                raise ValueError(f"version {meta.get('version')}, not {STORE_VERSION}")
+            reader = pa.ipc.open_file(pa.memory_map(str(self.path / _PASSAGES), "r"))
+            self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            self._ids = _HashIndex(self.path, "ids.npy", "rows.npy")
+            self._docs = _HashIndex(self.path, "docs.npy", "doc_rows.npy")
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+            raise DataError(f"cannot read the corpus store at {self.path} ({e}); delete that directory and it is "
+                            "written again from the corpus") from e
+        self._starts = np.cumsum([0] + [b.num_rows for b in self._batches]).tolist()
+        self.fingerprint: str = meta["fingerprint"]
+        """sha256 over ids and contents in order, as `corpus_fingerprint` computes it: index cache keys use it."""
+        if self._starts[-1] != meta["passages"] or len(self._ids) != meta["passages"]:
+            raise DataError(f"the corpus store at {self.path} holds {self._starts[-1]} passages, its meta.json says "
+                            f"{meta['passages']}; delete that directory and it is written again")
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, row: int) -> Passage: ...
+    @overload
+    def __getitem__(self, row: slice) -> list[Passage]: ...
+
+    def __getitem__(self, row: int | slice) -> Passage | list[Passage]:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        n = len(self)
+        if not -n <= row < n:
+            raise IndexError(f"passage row {row} out of range for a corpus of {n}")
+        row = int(row) % n
+        b = bisect_right(self._starts, row) - 1
+        batch, i = self._batches[b], row - self._starts[b]
+        values = [batch.column(c)[i].as_py() for c in range(4)]
+        return Passage(values[0], values[1], values[2], values[3])
+
+    def __iter__(self) -> Iterator[Passage]:
+        for batch in self._batches:
+            yield from map(Passage, *(batch.column(c).to_pylist() for c in range(4)))
+
+    def contents(self, start: int, stop: int) -> list[str]:
+        """`Passage.contents` (title, newline, text) of rows start..stop-1: what the indexes read."""
+        out: list[str] = []
+        for b, batch in enumerate(self._batches):
+            lo, hi = max(start, self._starts[b]), min(stop, self._starts[b + 1])
+            if lo < hi:
+                part = batch.slice(lo - self._starts[b], hi - lo)
+                out += [f"{t}\n{x}" for t, x in zip(part.column(1).to_pylist(), part.column(2).to_pylist(), strict=True)]
+        return out
+
+    def rows_of(self, ids: Sequence[str]) -> np.ndarray:
+        """The row of each passage id (int64), -1 for an id the corpus does not hold."""
+        return np.array([next(iter(self._ids.rows(i, lambda row: self[row].id)), -1) for i in ids], dtype=np.int64)
+
+    def doc_rows(self) -> DocRows:
+        """The rows of each source document, in corpus order, as a mapping looked up on the store."""
+        return DocRows(self)
+
+    def doc_rows_of(self, doc: str) -> tuple[int, ...]:
+        return tuple(self._docs.rows(doc, lambda row: self[row].source_id))
+
+
+class DocRows(Mapping[str, tuple[int, ...]]):
+    """`KnowledgeBase.doc_rows()` for a store: each lookup searches the store's document hashes."""
+
+    def __init__(self, store: CorpusStore) -> None:
+        self._store = store
+
+    def __getitem__(self, doc: str) -> tuple[int, ...]:
+        rows = self._store.doc_rows_of(doc)
+        if not rows:
+            raise KeyError(doc)
+        return rows
+
+    def __contains__(self, doc: object) -> bool:
+        return isinstance(doc, str) and bool(self._store.doc_rows_of(doc))
+
+    def __iter__(self) -> Iterator[str]:
+        """Every document once, in corpus order (a scan of the whole corpus: for folder-sized corpora)."""
+        return iter(dict.fromkeys(p.source_id for p in self._store))
+
+    def __len__(self) -> int:
+        return len(self._store._docs.distinct())
+
+
+class _HashIndex:
+    """Sorted 64-bit hashes of a column's values and the row of each, memory-mapped."""
+
+    def __init__(self, path: Path, hashes: str, rows: str) -> None:
+        self._hashes = np.load(path / hashes, mmap_mode="r", allow_pickle=False)
+        self._rows = np.load(path / rows, mmap_mode="r", allow_pickle=False)
+        if self._hashes.shape != self._rows.shape:
+            raise ValueError(f"{hashes} and {rows} differ in length")
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def rows(self, value: str, value_of: Any) -> list[int]:
+        """The rows whose value is `value`, ascending; `value_of(row)` reads a row's value to rule out collisions."""
+        h = id_hashes([value])[0]
+        lo, hi = np.searchsorted(self._hashes, h, "left"), np.searchsorted(self._hashes, h, "right")
+        return [row for row in map(int, self._rows[lo:hi]) if value_of(row) == value]
+
+    def distinct(self) -> np.ndarray:
+        return np.unique(self._hashes)
+
+
+def write_store(passages: Iterable[Passage], path: Path) -> int:
+    """Stream `passages` into a new store directory `path` (which must not exist); the number written."""
+    path.mkdir(parents=True)
+    digest = hashlib.sha256()
+    id_hash: list[np.ndarray] = []
+    doc_hash: list[np.ndarray] = []
+    n = 0
+    with pa.OSFile(str(path / _PASSAGES), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        for batch in _batches(passages):
+            for pid, contents in zip(batch[0], (f"{t}\n{x}" for t, x in zip(batch[1], batch[2], strict=True)),
+                                     strict=True):
+                # The bytes `corpus_fingerprint` hashes, so index caches keep their keys.
+                digest.update(json.dumps([pid, contents], ensure_ascii=False).encode("utf-8"))
+                digest.update(b"\n")
+            writer.write_batch(pa.record_batch([pa.array(column, pa.string()) for column in batch], schema=_SCHEMA))
+            id_hash.append(id_hashes(batch[0]))
+            doc_hash.append(id_hashes(d if d is not None else i for i, d in zip(batch[0], batch[3], strict=True)))
+            n += len(batch[0])
+    for hashes, (hash_name, rows_name) in ((id_hash, ("ids.npy", "rows.npy")), (doc_hash, ("docs.npy", "doc_rows.npy"))):
+        values = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        order = np.argsort(values, kind="stable")  # rows of equal hashes stay in corpus order
+        np.save(path / hash_name, values[order], allow_pickle=False)
+        np.save(path / rows_name, order.astype(np.int64), allow_pickle=False)
+    _check_unique_ids(path)
+    (path / _META).write_text(json.dumps({"version": STORE_VERSION, "passages": n, "fingerprint": digest.hexdigest()}),
+                              encoding="utf-8")
+    return n
+
+
+def _check_unique_ids(path: Path) -> None:
+    """A `DataError` naming an id two passages share. Only rows of equal hashes are read and compared: a whole
+    corpus' ids are never held at once."""
+    hashes = np.load(path / "ids.npy", mmap_mode="r", allow_pickle=False)
+    rows = np.load(path / "rows.npy", mmap_mode="r", allow_pickle=False)
+    equal = np.flatnonzero(hashes[1:] == hashes[:-1])
+    if len(equal) == 0:
+        return
+    reader = pa.ipc.open_file(pa.memory_map(str(path / _PASSAGES), "r")).read_all().column("id")
+    seen: dict[str, int] = {}
+    for row in sorted({int(rows[i]) for i in equal} | {int(rows[i + 1]) for i in equal}):
+        pid = reader[row].as_py()
+        if pid in seen:
+            raise DataError(f"passage id {pid!r} is used by passages {seen[pid] + 1} and {row + 1} of the corpus "
+                            "(counting passages read, malformed lines left out); ids must be unique")
+        seen[pid] = row
+
+
+def _batches(passages: Iterable[Passage]) -> Iterator[list[list[Any]]]:
+    """The passages as column lists (id, title, text, doc_id), cut by `_BATCH_ROWS` and `_BATCH_BYTES`."""
+    columns: list[list[Any]] = [[], [], [], []]
+    size = 0
+    for p in passages:
+        for column, value in zip(columns, (p.id, p.title, p.text, p.doc_id), strict=True):
+            column.append(value)
+        size += len(p.text) + len(p.title)
+        if len(columns[0]) >= _BATCH_ROWS or size >= _BATCH_BYTES:
+            yield columns
+            columns, size = [[], [], [], []], 0
+    if columns[0]:
+        yield columns
+
+
+def open_corpus(source: Path | str | CorpusSpec, cache_dir: Path) -> CorpusStore:
+    """The store of the corpus `source` names (a corpus file or folder, or a spec), written into `cache_dir` once.
+
+    Ids are checked as `load_corpus` checks them (a repeated id is a `DataError`); malformed lines are skipped with
+    the same warnings. Two processes writing the same store at once both finish; the first rename wins."""
+    from rollout.data.loaders import iter_corpus_spec  # the loaders import pyarrow's readers only when reading
+
+    spec = source if isinstance(source, CorpusSpec) else CorpusSpec(path=str(source))
+    final = Path(cache_dir) / f"corpus-store-v{STORE_VERSION}-{corpus_cache_key(spec)}"
+    if (final / _META).is_file():
+        try:
+            return CorpusStore(final)
+        except DataError as e:
+            logger.warning("%s; writing it again", e)
+            shutil.rmtree(final, ignore_errors=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Writing the corpus store for %s to %s (once; later starts map it)", spec.source, final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        n = write_store(iter_corpus_spec(spec, check_ids=False), tmp / "store")
+        try:
+            os.rename(tmp / "store", final)
+        except OSError:
+            if not (final / _META).is_file():  # another process finished the same store first: use theirs
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("Wrote %d passages to the corpus store %s", n, final)
+    return CorpusStore(final)
