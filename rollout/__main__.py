@@ -10,4 +10,6 @@ def _main() -> int:
     return main()
 
 
-exit_with(_main)
+# Guarded: a BM25 build's tokenizing workers (spawned) import this module again as __mp_main__.
+if __name__ == "__main__":
+    exit_with(_main)

@@ -114,6 +114,10 @@ class CorpusStore(Sequence[Passage]):
                 out += [f"{t}\n{x}" for t, x in zip(part.column(1).to_pylist(), part.column(2).to_pylist(), strict=True)]
         return out
 
+    def text_bytes(self) -> int:
+        """Bytes of title and text in the store (UTF-8, read from the Arrow buffers' sizes, no passage read)."""
+        return sum(batch.column(c).nbytes for batch in self._batches for c in (1, 2))
+
     def rows_of(self, ids: Sequence[str]) -> np.ndarray:
         """The row of each passage id (int64), -1 for an id the corpus does not hold."""
         return np.array([next(iter(self._ids.rows(i, lambda row: self[row].id)), -1) for i in ids], dtype=np.int64)

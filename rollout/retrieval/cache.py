@@ -19,6 +19,7 @@ from rollout.retrieval.base import Retriever
 from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.retrieval.hybrid import HybridRetriever
+from rollout.retrieval.lucene import LuceneRetriever, corpus_rows_of
 from rollout.retrieval.params import DenseParams, RetrievalParams
 from rollout.retrieval.sparse import BM25Retriever
 
@@ -34,7 +35,11 @@ _R = TypeVar("_R", DenseRetriever, BM25Retriever)
 
 
 def corpus_fingerprint(passages: Sequence[Passage]) -> str:
-    """sha256 over ids and contents in order; any edit, reorder or addition changes it."""
+    """sha256 over ids and contents in order; any edit, reorder or addition changes it. A corpus store computed it
+    as it was written (`rollout.data.corpus_store`): a start reads no passage for it."""
+    stored = getattr(passages, "fingerprint", None)
+    if isinstance(stored, str):
+        return stored
     digest = hashlib.sha256()
     for p in passages:
         # One JSON array per passage keeps the encoding unambiguous whatever the text holds.
@@ -90,7 +95,8 @@ def load_or_build_indexes(
     index, so it returns all three. A cache directory is named `<kind>-<first 16 hex of the
     key>`; the key covers the corpus (ids and contents) and `dense_cache_params` or
     `BM25Retriever.cache_params`. With `params.dense.index_path` set, the dense index is that
-    file (not cached). With no `encoder`, one is loaded from `params.dense` only when needed.
+    file (not cached); with `params.sparse.index_path` set, the sparse one is that Pyserini Lucene
+    index. With no `encoder`, one is loaded from `params.dense` only when needed.
     `corpus_path` only names the corpus file in error messages.
     """
     params = RetrievalParams() if params is None else params
@@ -104,14 +110,23 @@ def load_or_build_indexes(
     if "dense" in kinds:
         enc = _make_encoder(params.dense, cache_dir) if encoder is None else encoder
         retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path)
-    if "sparse" in kinds:
+    if "sparse" in kinds and params.sparse.index_path is not None:
+        started = time.perf_counter()
+        retrievers["sparse"] = LuceneRetriever.open(
+            params.sparse.index_path, corpus_rows_of(passages), k1=params.sparse.k1, b=params.sparse.b
+        )
+        logger.info(
+            "opened Lucene index %s in %.2f s (Java and Pyserini start included)",
+            params.sparse.index_path, time.perf_counter() - started,
+        )
+    elif "sparse" in kinds:
         sparse_params = BM25Retriever.cache_params(params.sparse)
         retrievers["sparse"] = _load_or_build(
             cache_dir / f"sparse-{cache_key('sparse', corpus_hash, sparse_params)[:16]}",
             "sparse",
             sparse_params,
             len(passages),
-            build=lambda: BM25Retriever.build(passages, params.sparse),
+            build_into=lambda path: BM25Retriever.build_into(passages, path, params.sparse),
             load=lambda path: BM25Retriever.load(path, params.sparse),
         )
     if "hybrid" in kinds:
@@ -207,9 +222,12 @@ def _load_or_build(
     params: dict[str, Any],
     num_passages: int,
     *,
-    build: Callable[[], _R],
+    build: Callable[[], _R] | None = None,
+    build_into: Callable[[Path], _R] | None = None,
     load: Callable[[Path], _R],
 ) -> _R:
+    """The index cached at `final`, else one made by `build` (then saved) or by `build_into` (which writes its files
+    into the directory it is given), cached there for the next run."""
     if final.is_dir():
         started = time.perf_counter()
         retriever, problem = _load_checked(final, kind, num_passages, load)
@@ -223,12 +241,17 @@ def _load_or_build(
     # Off a terminal no progress bar shows while a large corpus is encoded: say what the wait is for.
     logger.info("building %s index (%d passages)", kind, num_passages)
     started = time.perf_counter()
-    retriever = build()
-    seconds = time.perf_counter() - started
     # Write next to the final directory, then rename: a reader sees a complete index or none.
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
     try:
-        retriever.save(tmp)
+        if build_into is not None:
+            retriever = build_into(tmp)
+            seconds = time.perf_counter() - started
+        else:
+            assert build is not None
+            retriever = build()
+            seconds = time.perf_counter() - started
+            retriever.save(tmp)
         info = {"kind": kind, "params": params, "num_passages": num_passages, "build_seconds": round(seconds, 3)}
         (tmp / _INFO).write_text(json.dumps(info, indent=2), encoding="utf-8")
         try:

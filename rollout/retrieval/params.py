@@ -42,6 +42,11 @@ class SparseParams:
     """Drop English stopwords when tokenizing."""
     stemming: bool = False
     """Snowball-stem English tokens (PyStemmer)."""
+    index_path: str | None = None
+    """A Pyserini Lucene index to search instead (`rollout.retrieval.lucene`); k1 and b go to its BM25 as given."""
+    build_memory_mb: int = 2048
+    """What building the index may hold in memory, the building process and its tokenizing workers together
+    (`rollout.retrieval.bm25_build`); changes no score."""
 
 
 @dataclass(frozen=True, slots=True)

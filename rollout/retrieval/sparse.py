@@ -31,6 +31,7 @@ import bm25s
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Hits, check_k, empty_hits, read_index_meta
+from rollout.retrieval.bm25_build import build_bm25s_files
 from rollout.retrieval.bm25_scorers import SCORERS, Scorer
 from rollout.retrieval.params import SparseParams
 from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize_batch
@@ -79,6 +80,28 @@ class BM25Retriever:
         logger.debug("built %s BM25 index over %d passages", params.backend, len(passages))
         return cls(scorer, params)
 
+    @classmethod
+    def build_into(cls, passages: Sequence[Passage], path: Path, params: SparseParams = SparseParams(), *,
+                   workers: int | None = None) -> BM25Retriever:
+        """`build` then `save` into directory `path`, then `load`: for bm25s, streamed in bounded memory
+        (`params.build_memory_mb`) with the tokenizing on `workers` processes (default: every core), the same
+        files and scores as `build`; for rank_bm25, `build` and `save`."""
+        params = _checked(params)
+        if params.backend != "bm25s":
+            retriever = cls.build(passages, params)
+            retriever.save(path)
+            return retriever
+        if len(passages) == 0:
+            raise RetrievalError("cannot build a BM25 index over an empty corpus; pass at least one passage")
+        terms = build_bm25s_files(passages, params, Path(path), memory_mb=params.build_memory_mb, workers=workers)
+        if terms == 0:
+            raise RetrievalError(
+                "every passage tokenized to nothing (only stopwords or punctuation); "
+                "check that the corpus passages carry text"
+            )
+        cls._write_meta(Path(path), params, len(passages))
+        return cls.load(path, params)
+
     @property
     def num_passages(self) -> int:
         return self._scorer.num_passages
@@ -90,7 +113,8 @@ class BM25Retriever:
     @staticmethod
     def cache_params(params: SparseParams) -> dict[str, Any]:
         """Everything that changes the stored index, for a cache key."""
-        return {**asdict(_checked(params)), "tokenizer_version": TOKENIZER_VERSION, "format_version": _FORMAT_VERSION}
+        return {**_index_shape(_checked(params)), "tokenizer_version": TOKENIZER_VERSION,
+                "format_version": _FORMAT_VERSION}
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """The k best passages per query, best first; ties go to the lower row.
@@ -126,12 +150,16 @@ class BM25Retriever:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self._scorer.save(path)
+        self._write_meta(path, self._params, self.num_passages)
+
+    @staticmethod
+    def _write_meta(path: Path, params: SparseParams, num_passages: int) -> None:
         meta = {
             "format": _FORMAT,
             "format_version": _FORMAT_VERSION,
             "tokenizer_version": TOKENIZER_VERSION,
-            "params": asdict(self._params),
-            "num_passages": self.num_passages,
+            "params": asdict(params),
+            "num_passages": num_passages,
             "bm25s_version": bm25s.__version__,
         }
         # Written last: a directory with meta.json holds a complete index.
@@ -146,7 +174,7 @@ class BM25Retriever:
         """
         path = Path(path)
         saved, num_passages = _read_meta(path)
-        if params is not None and _checked(params) != saved:
+        if params is not None and _index_shape(_checked(params)) != _index_shape(saved):
             raise RetrievalError(
                 f"BM25 index at {path} was built with {saved}, not {params}; "
                 "load it with params=None, or delete the directory and rebuild it with the new parameters"
@@ -161,12 +189,25 @@ class BM25Retriever:
         return cls(scorer, saved)
 
 
+_NOT_IN_INDEX = ("index_path", "build_memory_mb")
+"""Settings that shape no stored BM25 index: left out of its cache key, so caches built before they existed hold."""
+
+
+def _index_shape(params: SparseParams) -> dict[str, Any]:
+    """The settings a stored index was built with (backend, k1, b, tokenizing)."""
+    return {k: v for k, v in asdict(params).items() if k not in _NOT_IN_INDEX}
+
+
 def _checked(params: SparseParams) -> SparseParams:
     """`params` with plain float/bool values, or an error naming the valid values."""
     if params.backend not in BACKENDS:
         raise RetrievalError(
             f"unknown BM25 backend {params.backend!r}; set retriever.sparse.backend to one of {list(BACKENDS)}"
         )
+    memory = params.build_memory_mb
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 64:
+        raise RetrievalError(f"retriever.sparse.build_memory_mb={memory!r}: give the megabytes a BM25 build may hold, "
+                             "at least 64 (default 2048)")
     if params.k1 < 0 or not 0.0 <= params.b <= 1.0:
         raise RetrievalError(
             f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={params.k1}, b={params.b}; the usual values are 1.5 and 0.75"
@@ -177,6 +218,8 @@ def _checked(params: SparseParams) -> SparseParams:
         b=float(params.b),
         stopwords=bool(params.stopwords),
         stemming=bool(params.stemming),
+        index_path=params.index_path,
+        build_memory_mb=memory,
     )
 
 

@@ -86,6 +86,7 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
 RECORDED_LATER: dict[str, Any] = {
     "gateway.default_max_docs": 10, "dataset.corpus.extensions": [".md", ".txt"], "llm.context_window": None,
     "agent.text_tool_calls": "refuse", "agent.tokenizer": None, "agent.answer_tag": None,
+    "retriever.sparse.index_path": None,
 }
 """Identity keys a run records since they became settings, with the value every run had before: a folder written
 then still resumes. The values are history, not today's defaults, so they never follow a change of default."""
