@@ -62,6 +62,12 @@ def _eval_retrieval(argv: list[str], prog: str) -> int | None:
     return main(argv, prog=prog)
 
 
+def _build_index(argv: list[str], prog: str) -> int | None:
+    from rollout.retrieval.build_index import main
+
+    return main(argv, prog=prog)
+
+
 @dataclass(frozen=True, slots=True)
 class Subcommand:
     """One `rollout NAME ...` and the `python -m` command it stands for."""
@@ -99,6 +105,9 @@ SUBCOMMANDS = {
         Subcommand("eval-retrieval", "rollout.retrieval.evaluate", "[KEY=VALUE ...] [-m] [-v|-q]",
                    "recall@k, hit@k and MRR of each retriever, no agent (conf/retrieval_eval.yaml)", True,
                    _eval_retrieval),
+        Subcommand("build-index", "rollout.retrieval.build_index", "[KEY=VALUE ...] [-v|-q]",
+                   "build a corpus' dense and BM25 indexes on a Ray cluster into the run cache (conf/build_index.yaml)",
+                   True, _build_index),
     )
 }
 

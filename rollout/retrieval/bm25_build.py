@@ -31,7 +31,7 @@ import shutil
 import time
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +83,7 @@ def tokenize_chunk(texts: Sequence[str], stopwords: bool, stemming: bool) -> Tok
     return TokenizedChunk(list(local), *(np.frombuffer(a, dtype=np.int32) for a in (lengths, distinct, terms, counts)))
 
 
-def _tokenize_store_rows(store_path: str, start: int, stop: int, stopwords: bool, stemming: bool) -> TokenizedChunk:
+def tokenize_store_rows(store_path: str, start: int, stop: int, stopwords: bool, stemming: bool) -> TokenizedChunk:
     """In a worker process: the chunk of rows start..stop-1 of the corpus store at `store_path`."""
     from rollout.data.corpus_store import CorpusStore
 
@@ -100,32 +100,42 @@ def chunk_bounds(passages: Sequence[Passage], text_bytes: int) -> list[tuple[int
     return [(start, min(start + rows, n)) for start in range(0, n, rows)]
 
 
-def _chunks(passages: Sequence[Passage], params: SparseParams, memory_mb: int,
-            workers: int) -> Iterator[TokenizedChunk]:
-    """The corpus tokenized chunk by chunk, in order; over a store on `workers` processes, a few chunks ahead."""
-    bounds = chunk_bounds(passages, memory_mb * 1024 * 1024 // (workers + 1) // TOKENS_PER_TEXT_BYTE)
-    store_path = getattr(passages, "path", None)
-    if workers <= 1 or store_path is None or len(passages) < POOL_MIN_PASSAGES:
-        for start, stop in bounds:
-            texts = (passages.contents(start, stop) if hasattr(passages, "contents")
-                     else [p.contents for p in passages[start:stop]])
-            yield tokenize_chunk(texts, params.stopwords, params.stemming)
-        return
-    # spawn: the building process may hold threads (a gateway's, numba's) that a fork would copy mid-lock.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = []
-        for start, stop in bounds:
-            pending.append(pool.submit(_tokenize_store_rows, str(store_path), start, stop, params.stopwords,
-                                       params.stemming))
-            if len(pending) > workers:  # the workers stay busy; finished chunks wait for the driver, not pile up
-                yield pending.pop(0).result()
-        for future in pending:
-            yield future.result()
+ChunkTokenizer = Callable[[Sequence[Passage], list[tuple[int, int]], SparseParams], Iterator[TokenizedChunk]]
+"""Tokenizes the given row ranges of a corpus and yields them in order: on this machine's cores
+(`local_tokenizer`), or as Ray tasks on a cluster (`rollout.retrieval.ray_build`)."""
+
+
+def local_tokenizer(workers: int) -> ChunkTokenizer:
+    """Chunks tokenized in this process, or over a corpus store on `workers` spawned processes, a few ahead."""
+
+    def tokenize(passages: Sequence[Passage], bounds: list[tuple[int, int]],
+                 params: SparseParams) -> Iterator[TokenizedChunk]:
+        store_path = getattr(passages, "path", None)
+        if workers <= 1 or store_path is None or len(passages) < POOL_MIN_PASSAGES:
+            for start, stop in bounds:
+                texts = (passages.contents(start, stop) if hasattr(passages, "contents")
+                         else [p.contents for p in passages[start:stop]])
+                yield tokenize_chunk(texts, params.stopwords, params.stemming)
+            return
+        # spawn: the building process may hold threads (a gateway's, numba's) that a fork would copy mid-lock.
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            pending = []
+            for start, stop in bounds:
+                pending.append(pool.submit(tokenize_store_rows, str(store_path), start, stop, params.stopwords,
+                                           params.stemming))
+                if len(pending) > workers:  # the workers stay busy; finished chunks wait for the driver, not pile up
+                    yield pending.pop(0).result()
+            for future in pending:
+                yield future.result()
+
+    return tokenize
 
 
 def build_bm25s_files(passages: Sequence[Passage], params: SparseParams, out: Path, *,
-                      memory_mb: int = DEFAULT_BUILD_MEMORY_MB, workers: int | None = None) -> int:
-    """Write bm25s' index files for `passages` into directory `out`; the number of distinct tokens.
+                      memory_mb: int = DEFAULT_BUILD_MEMORY_MB, workers: int | None = None,
+                      tokenizer: ChunkTokenizer | None = None) -> int:
+    """Write bm25s' index files for `passages` into directory `out`; the number of distinct tokens. The chunks are
+    tokenized by `tokenizer`, by default on `workers` processes (every core).
 
     The same files, term ids and scores as `bm25s.BM25(method="atire", idf_method="robertson", dtype="float64")`
     indexing the whole corpus at once, as `Bm25sScorer.build` does."""
@@ -138,7 +148,8 @@ def build_bm25s_files(passages: Sequence[Passage], params: SparseParams, out: Pa
         vocab: dict[str, int] = {}
         df = np.zeros(0, dtype=np.int64)
         lengths: list[np.ndarray] = []
-        for i, chunk in enumerate(_chunks(passages, params, memory_mb, workers)):
+        bounds = chunk_bounds(passages, memory_mb * 1024 * 1024 // (workers + 1) // TOKENS_PER_TEXT_BYTE)
+        for i, chunk in enumerate((tokenizer or local_tokenizer(workers))(passages, bounds, params)):
             to_global = np.fromiter((vocab.setdefault(t, len(vocab)) for t in chunk.vocab), dtype=np.int32,
                                     count=len(chunk.vocab))
             terms = to_global[chunk.terms]

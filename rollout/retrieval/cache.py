@@ -21,6 +21,7 @@ from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.retrieval.hybrid import HybridRetriever
 from rollout.retrieval.lucene import LuceneRetriever, corpus_rows_of
 from rollout.retrieval.params import DenseParams, RetrievalParams
+from rollout.retrieval.ray_build import RayBuild, build_dense_on_ray, ray_tokenizer
 from rollout.retrieval.sparse import BM25Retriever
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ def load_or_build_indexes(
     params: RetrievalParams | None = None,
     encoder: TextEncoder | None = None,
     corpus_path: str | Path | None = None,
+    on_ray: RayBuild | None = None,
 ) -> dict[str, Retriever]:
     """Return the requested retrievers, loading each index from `cache_dir` or building and caching it.
 
@@ -97,7 +99,8 @@ def load_or_build_indexes(
     `BM25Retriever.cache_params`. With `params.dense.index_path` set, the dense index is that
     file (not cached); with `params.sparse.index_path` set, the sparse one is that Pyserini Lucene
     index. With no `encoder`, one is loaded from `params.dense` only when needed.
-    `corpus_path` only names the corpus file in error messages.
+    `corpus_path` only names the corpus file in error messages. With `on_ray`, an index that must be built is
+    built on the connected Ray cluster (`rollout.retrieval.ray_build`): the same index, cached the same way.
     """
     params = RetrievalParams() if params is None else params
     kinds = _check_which(which)
@@ -109,7 +112,7 @@ def load_or_build_indexes(
     retrievers: dict[str, Retriever] = {}
     if "dense" in kinds:
         enc = _make_encoder(params.dense, cache_dir) if encoder is None else encoder
-        retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path)
+        retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path, on_ray)
     if "sparse" in kinds and params.sparse.index_path is not None:
         started = time.perf_counter()
         retrievers["sparse"] = LuceneRetriever.open(
@@ -126,7 +129,8 @@ def load_or_build_indexes(
             "sparse",
             sparse_params,
             len(passages),
-            build_into=lambda path: BM25Retriever.build_into(passages, path, params.sparse),
+            build_into=lambda path: BM25Retriever.build_into(
+                passages, path, params.sparse, tokenizer=None if on_ray is None else ray_tokenizer(on_ray)),
             load=lambda path: BM25Retriever.load(path, params.sparse),
         )
     if "hybrid" in kinds:
@@ -151,6 +155,7 @@ def _dense(
     params: DenseParams,
     encoder: TextEncoder,
     corpus_path: str | Path | None,
+    on_ray: RayBuild | None = None,
 ) -> DenseRetriever:
     if params.index_path is not None:
         started = time.perf_counter()
@@ -168,7 +173,9 @@ def _dense(
         "dense",
         key_params,
         len(passages),
-        build=lambda: DenseRetriever.build(passages, encoder=encoder, params=params),
+        build=None if on_ray else lambda: DenseRetriever.build(passages, encoder=encoder, params=params),
+        build_into=None if on_ray is None else (
+            lambda path: build_dense_on_ray(passages, encoder, params, cache_dir, path, on_ray)),
         load=lambda path: DenseRetriever.load(path, encoder=encoder, params=params),
     )
 

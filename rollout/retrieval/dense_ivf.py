@@ -111,6 +111,14 @@ def plan_ivf(num_vectors: int, dimension: int, params: DenseParams) -> IvfLayout
 def build_ivf(vectors: np.ndarray, params: DenseParams) -> faiss.IndexIVF:
     """Train an inner-product IVF (IVFFlat, or IVFPQ with `ivf_pq_m`) on a sample of `vectors`, then add all."""
     n, dimension = vectors.shape
+    index, layout = new_ivf(n, dimension, params)
+    train_ivf(index, layout, vectors[sample_rows(n, layout)] if layout.train_size < n else vectors)
+    index.add(vectors)
+    return index
+
+
+def new_ivf(n: int, dimension: int, params: DenseParams) -> tuple[faiss.IndexIVF, IvfLayout]:
+    """An untrained inner-product IVF for `n` vectors, laid out by `plan_ivf`, searching `ivf_nprobe` lists."""
     layout = plan_ivf(n, dimension, params)
     codes = f"PQ{layout.pq_m}x{layout.pq_nbits}" if layout.pq_m > 0 else "Flat"
     index = faiss.index_factory(dimension, f"IVF{layout.nlist},{codes}", faiss.METRIC_INNER_PRODUCT)
@@ -119,24 +127,25 @@ def build_ivf(vectors: np.ndarray, params: DenseParams) -> faiss.IndexIVF:
         # index_factory turns on polysemous training, an annealing pass that served only Hamming
         # pre-filtering (unused here) and took 98% of the build: 223 s of 228 on 20,000 vectors.
         index.do_polysemous_training = False
-    if layout.train_size < n:
-        rows = np.sort(np.random.default_rng(TRAIN_SEED).choice(n, size=layout.train_size, replace=False))
-        sample = vectors[rows]
-    else:
-        sample = vectors
+    index.nprobe = params.ivf_nprobe
+    logger.debug("IVF index: %d lists, trained on %d of %d vectors, PQ m=%d x %d bits",
+                 layout.nlist, layout.train_size, n, layout.pq_m, layout.pq_nbits)
+    return index, layout
+
+
+def sample_rows(n: int, layout: IvfLayout) -> np.ndarray:
+    """The rows (ascending) the quantizers train on: `layout.train_size` of `n`, drawn with a fixed seed."""
+    return np.sort(np.random.default_rng(TRAIN_SEED).choice(n, size=layout.train_size, replace=False))
+
+
+def train_ivf(index: faiss.IndexIVF, layout: IvfLayout, sample: np.ndarray) -> None:
+    """Train `index` on the sample vectors (the rows `sample_rows` names, or every vector when it names all)."""
     if layout.nlist == 1:
         # One list holds everything; k-means with one centroid is the mean, and faiss would warn
         # about fewer than 39 points on a tiny corpus, so the centroid is set here instead.
         centroid = sample.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
         index.quantizer.add(centroid)
     index.train(sample)
-    index.add(vectors)
-    index.nprobe = params.ivf_nprobe
-    logger.debug(
-        "built an IVF index: %d lists, trained on %d of %d vectors, PQ m=%d x %d bits",
-        layout.nlist, layout.train_size, n, layout.pq_m, layout.pq_nbits,
-    )
-    return index
 
 
 def find_ivf(index: faiss.Index) -> faiss.IndexIVF | None:

@@ -31,7 +31,7 @@ import bm25s
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Hits, check_k, empty_hits, read_index_meta
-from rollout.retrieval.bm25_build import build_bm25s_files
+from rollout.retrieval.bm25_build import ChunkTokenizer, build_bm25s_files
 from rollout.retrieval.bm25_scorers import SCORERS, Scorer
 from rollout.retrieval.params import SparseParams
 from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize_batch
@@ -82,10 +82,10 @@ class BM25Retriever:
 
     @classmethod
     def build_into(cls, passages: Sequence[Passage], path: Path, params: SparseParams = SparseParams(), *,
-                   workers: int | None = None) -> BM25Retriever:
+                   workers: int | None = None, tokenizer: ChunkTokenizer | None = None) -> BM25Retriever:
         """`build` then `save` into directory `path`, then `load`: for bm25s, streamed in bounded memory
-        (`params.build_memory_mb`) with the tokenizing on `workers` processes (default: every core), the same
-        files and scores as `build`; for rank_bm25, `build` and `save`."""
+        (`params.build_memory_mb`) with the tokenizing on `workers` processes (default: every core) or by
+        `tokenizer` (e.g. on Ray), the same files and scores as `build`; for rank_bm25, `build` and `save`."""
         params = _checked(params)
         if params.backend != "bm25s":
             retriever = cls.build(passages, params)
@@ -93,7 +93,8 @@ class BM25Retriever:
             return retriever
         if len(passages) == 0:
             raise RetrievalError("cannot build a BM25 index over an empty corpus; pass at least one passage")
-        terms = build_bm25s_files(passages, params, Path(path), memory_mb=params.build_memory_mb, workers=workers)
+        terms = build_bm25s_files(passages, params, Path(path), memory_mb=params.build_memory_mb, workers=workers,
+                                  tokenizer=tokenizer)
         if terms == 0:
             raise RetrievalError(
                 "every passage tokenized to nothing (only stopwords or punctuation); "

@@ -1,0 +1,99 @@
+"""Index builds on Ray: shards assembled into the index a single-machine build makes, and `rollout build-index` on the
+local two-node cluster giving the cache entries (and the rankings) a run's own build gives."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+from hydra import compose, initialize_config_dir
+from ray.cluster_utils import Cluster
+
+from rollout.data import ensure_demo_kb, load_corpus, open_corpus
+from rollout.paths import CONF_DIR
+from rollout.retrieval import load_or_build_indexes
+from rollout.retrieval.build_index import build_indexes
+from rollout.retrieval.dense import DenseRetriever
+from rollout.retrieval.encoder import load_encoder
+from rollout.retrieval.params import DenseParams, RetrievalParams
+from rollout.retrieval.ray_build import assemble_dense
+
+QUERIES = ["Veltrix founded", "Kremes Works company", "born city", "ORG-5521"]
+
+
+class UnitVectors:
+    """An encoder stand-in whose passages are given: `assemble_dense` needs its dimension; queries are vectors."""
+
+    model_id, passage_prefix, dimension = "unit", "", 16
+
+    def encode_queries(self, texts):
+        raise AssertionError("the test searches with vectors")
+
+
+def shards(vectors: np.ndarray, rows: int, folder: Path) -> list[Path]:
+    folder.mkdir()
+    files = []
+    for start in range(0, len(vectors), rows):
+        files.append(folder / f"{start:012d}.npy")
+        np.save(files[-1], vectors[start:start + rows])
+    return files
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw", "ivf", "ivf-pq"])
+def test_shards_assemble_into_the_index_of_the_whole_matrix(tmp_path, index):
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((3000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    params = DenseParams(index="ivf" if index.startswith("ivf") else index, ivf_pq_m=4 if index == "ivf-pq" else 0,
+                         ivf_nlist=8)
+    whole = DenseRetriever.from_vectors(vectors, encoder=None, params=params)
+    assembled = assemble_dense(shards(vectors, 700, tmp_path / "s"), UnitVectors(), params)  # 5 shards, the last short
+    queries = vectors[::97] + 0.01
+    ours, theirs = assembled.search_vectors(queries, 10), whole.search_vectors(queries, 10)
+    assert assembled.num_passages == 3000 and assembled.index_type == whole.index_type
+    assert np.array_equal(ours.indices, theirs.indices) and np.allclose(ours.scores, theirs.scores, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_build_index_on_two_nodes_caches_what_a_run_would_build(two_nodes, tmp_path, caplog):
+    cache = tmp_path / "ray-cache"
+    overrides = [f"ray.address={two_nodes.address}", f"cache_dir={cache}", "dataset.n_passages=400",
+                 "dataset.n_questions=40", "build.rows_per_shard=128", "build.encoders=2"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("build_index", overrides=overrides)
+    with caplog.at_level(logging.INFO):
+        entries = build_indexes(cfg)
+    assert sorted(e.name.split("-")[0] for e in entries) == ["dense", "sparse"]
+    assert "4 shards of 128 (4 to do) on 2 encoder actor(s)" in caplog.text
+    assert not list(cache.glob("shards-*")), "the shards are deleted once the index is saved"
+
+    # A run's own build, in a cache of its own, finds the same entries; both rank alike.
+    corpus = ensure_demo_kb(cache, n_passages=400, n_questions=40).corpus_path
+    local_cache = tmp_path / "local-cache"
+    params = RetrievalParams()
+    local = load_or_build_indexes(load_corpus(corpus), local_cache, which=["dense", "sparse"], params=params)
+    assert sorted(p.name for p in local_cache.iterdir() if p.name.startswith(("dense-", "sparse-"))) == sorted(
+        e.name for e in entries)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="rollout.retrieval.cache"):
+        built = load_or_build_indexes(open_corpus(corpus, cache), cache, which=["dense", "sparse"], params=params,
+                                      encoder=load_encoder(params.dense, cache_dir=cache))
+    assert "building" not in caplog.text  # found in the cache build-index filled
+    for kind in ("dense", "sparse"):
+        ours, theirs = built[kind].search(QUERIES, 10), local[kind].search(QUERIES, 10)
+        assert np.array_equal(ours.indices, theirs.indices), kind
+        assert np.allclose(ours.scores, theirs.scores, atol=1e-5), kind
