@@ -44,7 +44,7 @@ from tests.doc_pages import OUTPUT_BLOCKS, doc_pages, split_page, where
 from tests.report.judge_server import judge_server
 
 PREFIXES = ("python -m rollout", "rollout ")
-HYDRA_CONFIGS = {"run": "config", "eval-retrieval": "retrieval_eval"}
+HYDRA_CONFIGS = {"run": "config", "eval-retrieval": "retrieval_eval", "build-index": "build_index"}
 """The config each Hydra command composes."""
 PARSERS = {"gateway": gateway_parser, "report": report_parser, "view": view_parser, "export": export_parser}
 BY_MODULE = {c.module: name for name, c in rollout.cli.SUBCOMMANDS.items()}

@@ -1,0 +1,354 @@
+"""Corpora of the field's size: BM25 build, gateway start and serving over N synthetic passages, side by side.
+
+    python bench/corpus_scale.py [--sizes 100000,1000000,2000000] [--baseline DIR] [--baseline-max 1000000]
+                                 [--dense 1000000] [--queries 1000] [--smoke]
+
+Each size gets a FlashRAG corpus of N passages (a 3-word title, 100 words drawn from a Zipf law over a 500,000-word
+vocabulary: 857 MB a million lines, about the size of wiki-18's 100-word passages), generated once into the bench's cache. Then,
+each in fresh processes, with a fresh index cache per size:
+
+- **build**: the corpus store and the BM25 index, as a gateway's start builds them (`open_corpus`,
+  `load_or_build_indexes(which=["sparse"])`): wall and CPU seconds (the process and its tokenizing workers), the
+  peak over time of the anonymous memory summed over the whole process tree (RssAnon, sampled every 50 ms: what a
+  budget bounds; the page cache of written files is not counted) and of its resident memory, the index's size.
+- **gateway**: `rollout gateway --config conf/gateways/rag_sparse_only.json` over that cache: seconds to ready,
+  resident and anonymous memory at ready and after `--queries` queries through `POST /retrieve/sparse`, q/s one
+  query a request and 16 a request; then a second gateway over the same cache and the pages the two share.
+- with `--baseline DIR` (a clone of an older commit), the same for that checkout (`PYTHONPATH=DIR`) at sizes up to
+  `--baseline-max` (the in-memory build of old needs about 13 GB a million passages).
+- with `--dense N`, a gateway over the N-passage corpus with a random flat faiss index as `retriever.dense.index_path`
+  (384-d, row i = passage i): memory at ready and after the queries.
+
+It prints one table, the growth of each memory figure from size to size, and the targets of a 2M-passage corpus:
+build peak anonymous <= 3 GiB and growing <= 25% from 1M to 2M; a gateway ready in <= 10 s with <= 700 MiB resident.
+`--smoke` runs 2,000 passages and 50 queries (the suite runs it so the bench keeps working).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB = 500_000
+WORDS = 100
+GIB = 1024**3
+MIB = 1024**2
+
+
+def corpus_file(n: int, folder: Path) -> Path:
+    """The N-passage synthetic corpus, written once (seeded: the same file in every call)."""
+    path = folder / f"zipf-{n}.jsonl"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    vocab = ["".join(w) for w in letters[rng.integers(0, 26, size=(VOCAB, 7))]]
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for start in range(0, n, 10_000):
+            rows = min(10_000, n - start)
+            words = np.minimum(rng.zipf(1.1, size=(rows, WORDS + 3)), VOCAB) - 1
+            f.write("".join(
+                json.dumps({"id": f"p{start + i}", "contents": " ".join(vocab[w] for w in row[:3]) + "\n"
+                            + " ".join(vocab[w] for w in row[3:])}) + "\n"
+                for i, row in enumerate(words.tolist())))
+    tmp.rename(path)
+    return path
+
+
+def queries(corpus: Path, n: int) -> list[str]:
+    """n queries of three words each taken from the corpus' first passages (so they match)."""
+    rng = random.Random(1)
+    out = []
+    with corpus.open(encoding="utf-8") as f:
+        for line in f:
+            words = json.loads(line)["contents"].split()
+            out.append(" ".join(rng.sample(words, 3)))
+            if len(out) == n:
+                return out
+    return (out * (n // max(len(out), 1) + 1))[:n]
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def status(pid: int, *fields: str) -> list[int]:
+    """Fields of /proc/PID/status in bytes (0 for a process gone)."""
+    values = dict.fromkeys(fields, 0)
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in values:
+                    values[name] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return [values[f] for f in fields]
+
+
+def tree_memory(pid: int) -> tuple[int, int]:
+    """(RssAnon, VmRSS) summed over the process tree of `pid`."""
+    anon = rss = 0
+    for p in tree(pid):
+        a, r = status(p, "RssAnon", "VmRSS")
+        anon, rss = anon + a, rss + r
+    return anon, rss
+
+
+@dataclass
+class Peak:
+    """The highest tree memory seen while a process ran."""
+
+    anon: int = 0
+    rss: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def watch(self, pid: int) -> threading.Thread:
+        def run() -> None:
+            while not self.stop.is_set():
+                anon, rss = tree_memory(pid)
+                self.anon, self.rss = max(self.anon, anon), max(self.rss, rss)
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+
+def env_for(checkout: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(checkout), "ROLLOUT_CACHE_DIR": "/nonexistent-use-flags"}
+
+
+BUILD = """
+import sys, time
+from pathlib import Path
+from rollout.retrieval import load_or_build_indexes
+corpus, cache = Path(sys.argv[1]), Path(sys.argv[2])
+try:
+    from rollout.data import open_corpus
+    passages = open_corpus(corpus, cache)
+except ImportError:  # a checkout from before the corpus store
+    from rollout.data import load_corpus
+    passages = load_corpus(corpus)
+load_or_build_indexes(passages, cache, which=["sparse"])
+"""
+
+
+def build(checkout: Path, corpus: Path, cache: Path) -> dict[str, float]:
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(corpus), str(cache)], cwd=checkout, env=env_for(checkout))
+    peak = Peak()
+    watcher = peak.watch(proc.pid)
+    _, code, usage = os.wait4(proc.pid, 0)
+    peak.stop.set()
+    watcher.join()
+    if code:
+        raise SystemExit(f"the build in {checkout} failed (status {code})")
+    size = sum(p.stat().st_size for p in cache.glob("sparse-*/*") if p.is_file())
+    return {"build_s": time.perf_counter() - started, "build_cpu_s": usage.ru_utime + usage.ru_stime,
+            "build_anon": peak.anon, "build_rss": peak.rss, "index_bytes": size}
+
+
+@dataclass
+class Gateway:
+    proc: subprocess.Popen
+    url: str
+    ready_s: float
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def start_gateway(checkout: Path, corpus: Path, cache: Path, config: str, *extra: str) -> Gateway:
+    folder = Path(tempfile.mkdtemp(prefix="scale-gw-"))
+    ready = folder / "ready"
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "rollout.gateway", "--config", str(ROOT / config), "--corpus",
+                             str(corpus), "--cache-dir", str(cache), "--port", "0", "--ready-file", str(ready),
+                             "--output-dir", str(folder / "run"), "--quiet", *extra], cwd=checkout,
+                            env=env_for(checkout), stdout=subprocess.DEVNULL)
+    while not ready.is_file() or not ready.read_text().strip():
+        if proc.poll() is not None:
+            raise SystemExit(f"the gateway in {checkout} exited with {proc.returncode}")
+        time.sleep(0.02)
+    url = ready.read_text().strip().removesuffix("/mcp")
+    return Gateway(proc, url, time.perf_counter() - started)
+
+
+def serve(gw: Gateway, qs: list[str], path: str) -> dict[str, float]:
+    anon0, rss0 = tree_memory(gw.proc.pid)
+    out: dict[str, float] = {"ready_s": gw.ready_s, "ready_anon": anon0, "ready_rss": rss0}
+    with httpx.Client(timeout=600) as client:
+        for batch in (1, 16):
+            started = time.perf_counter()
+            for i in range(0, len(qs), batch):
+                r = client.post(f"{gw.url}{path}", json={"queries": qs[i:i + batch], "topk": 10})
+                r.raise_for_status()
+            out[f"qps_{batch}"] = len(qs) / (time.perf_counter() - started)
+    out["after_anon"], out["after_rss"] = tree_memory(gw.proc.pid)
+    return out
+
+
+def shared_pages(a: Gateway, b: Gateway) -> int:
+    """Bytes of the second gateway's resident memory shared with other processes (the first among them)."""
+    del a
+    with open(f"/proc/{b.proc.pid}/smaps_rollup", encoding="ascii") as f:
+        fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.strip().endswith("kB")}
+    return fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0)
+
+
+def sparse_rows(checkout: Path, n: int, corpus: Path, qs: list[str], two: bool) -> dict[str, float]:
+    cache = Path(tempfile.mkdtemp(prefix=f"scale-{n}-"))
+    try:
+        row = build(checkout, corpus, cache)
+        gw = start_gateway(checkout, corpus, cache, "conf/gateways/rag_sparse_only.json")
+        try:
+            row |= serve(gw, qs, "/retrieve/sparse")
+            if two:
+                second = start_gateway(checkout, corpus, cache, "conf/gateways/rag_sparse_only.json")
+                try:
+                    serve(second, qs[:50], "/retrieve/sparse")
+                    row["shared"] = shared_pages(gw, second)
+                    row["second_rss"] = tree_memory(second.proc.pid)[1]
+                finally:
+                    second.close()
+        finally:
+            gw.close()
+        return row
+    finally:
+        subprocess.run(["rm", "-rf", str(cache)], check=False)
+
+
+def dense_row(checkout: Path, n: int, corpus: Path, qs: list[str]) -> dict[str, float]:
+    import faiss
+
+    cache = Path(tempfile.mkdtemp(prefix=f"scale-dense-{n}-"))
+    try:
+        index = faiss.IndexFlatIP(384)
+        rng = np.random.default_rng(0)
+        for start in range(0, n, 100_000):
+            index.add(rng.standard_normal((min(100_000, n - start), 384), dtype=np.float32))
+        faiss.write_index(index, str(cache / "flat.index"))
+        del index
+        retriever = cache / "retriever.yaml"
+        retriever.write_text((ROOT / "conf/retriever/default.yaml").read_text().replace(
+            "index_path: null       # an existing", f"index_path: {cache / 'flat.index'}  # an existing"))
+        options = ("--retriever-config", str(retriever))
+        # A first start exports the encoder to ONNX into this cache (torch and all); the second is a warm start.
+        start_gateway(checkout, corpus, cache, "conf/gateways/rag_dense_only.json", *options).close()
+        gw = start_gateway(checkout, corpus, cache, "conf/gateways/rag_dense_only.json", *options)
+        try:
+            return serve(gw, qs, "/retrieve/dense")
+        finally:
+            gw.close()
+    finally:
+        subprocess.run(["rm", "-rf", str(cache)], check=False)
+
+
+def fmt(row: dict[str, float], key: str) -> str:
+    if key not in row:
+        return "-"
+    value = row[key]
+    if key in ("build_anon", "build_rss", "ready_anon", "ready_rss", "after_anon", "after_rss", "shared",
+               "second_rss", "index_bytes"):
+        return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"
+    if key.startswith("qps"):
+        return f"{value:,.0f}"
+    return f"{value:.1f}"
+
+
+COLUMNS = [("build_s", "build s"), ("build_cpu_s", "build CPU s"), ("build_anon", "build peak anon"),
+           ("build_rss", "build peak RSS"), ("index_bytes", "index"), ("ready_s", "gw ready s"),
+           ("ready_rss", "gw RSS ready"), ("ready_anon", "gw anon ready"), ("after_rss", "gw RSS +queries"),
+           ("qps_1", "q/s b1"), ("qps_16", "q/s b16"), ("shared", "2nd gw shared"), ("second_rss", "2nd gw RSS")]
+
+
+def sizes_arg(text: str) -> list[int]:
+    return [int(s.replace("_", "")) for s in text.split(",") if s]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=sizes_arg, default=[100_000, 1_000_000, 2_000_000])
+    p.add_argument("--baseline", type=Path, help="a clone of an older commit, measured the same way")
+    p.add_argument("--baseline-max", type=int, default=1_000_000)
+    p.add_argument("--dense", type=int, default=0, help="also a dense gateway with a flat index_path over this size")
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--corpora", type=Path, default=Path.home() / ".cache" / "rollout-bench" / "corpora")
+    p.add_argument("--smoke", action="store_true", help="2,000 passages, 50 queries: that the bench runs")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.queries, args.baseline_max = [2000], 50, 2000
+        args.dense = 2000 if args.dense else 0
+    rows: list[tuple[str, int, dict[str, float]]] = []
+    for n in args.sizes:
+        corpus = corpus_file(n, args.corpora)
+        qs = queries(corpus, args.queries)
+        rows.append(("rollout", n, sparse_rows(ROOT, n, corpus, qs, two=True)))
+        print(f"measured {n:,} passages", file=sys.stderr, flush=True)
+        if args.baseline is not None and n <= args.baseline_max:
+            rows.append(("baseline", n, sparse_rows(args.baseline, n, corpus, qs, two=False)))
+    if args.dense:
+        corpus = corpus_file(args.dense, args.corpora)
+        rows.append(("rollout dense", args.dense, dense_row(ROOT, args.dense, corpus, queries(corpus, args.queries))))
+    print(" | ".join(["checkout", "passages", *(title for _, title in COLUMNS)]))
+    for name, n, row in rows:
+        print(" | ".join([name, f"{n:,}", *(fmt(row, key) for key, _ in COLUMNS)]))
+    ours = [(n, row) for name, n, row in rows if name == "rollout"]
+    for (n0, r0), (n1, r1) in zip(ours, ours[1:]):
+        growth = ", ".join(f"{title} x{r1[key] / r0[key]:.2f}" for key, title in COLUMNS[:5] + COLUMNS[5:9]
+                           if r0.get(key))
+        print(f"growth {n0:,} -> {n1:,} passages: {growth}")
+    for name, n, row in rows:
+        if name == "baseline":
+            new = next(r for m, k, r in rows if m == "rollout" and k == n)
+            print(f"at {n:,} passages, baseline / rollout: " + ", ".join(
+                f"{title} {row[key] / new[key]:.2f}" for key, title in COLUMNS if row.get(key) and new.get(key)))
+    two_m = dict(ours).get(2_000_000)
+    if two_m is not None:
+        one_m = dict(ours).get(1_000_000)
+        growth = two_m["build_anon"] / one_m["build_anon"] - 1 if one_m else None
+        print(f"target 2M build peak anon <= 3 GiB: {fmt(two_m, 'build_anon')} "
+              f"({'met' if two_m['build_anon'] <= 3 * GIB else 'NOT met'})"
+              + (f"; growth 1M -> 2M {growth:+.0%} ({'met' if growth <= 0.25 else 'NOT met'}, <= +25%)"
+                 if growth is not None else ""))
+        print(f"target 2M gateway ready <= 10 s: {two_m['ready_s']:.1f} s "
+              f"({'met' if two_m['ready_s'] <= 10 else 'NOT met'}); resident <= 700 MiB before queries: "
+              f"{fmt(two_m, 'ready_rss')} ({'met' if two_m['ready_rss'] <= 700 * MIB else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
