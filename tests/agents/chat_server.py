@@ -168,6 +168,8 @@ OVERFLOW_BODIES: dict[str, tuple[int, dict[str, Any]]] = {
                                "param": None, "code": None}}),
     "tgi": (422, {"error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 1500. Given: 1623 "
                   "`inputs` tokens and 1024 `max_new_tokens`", "error_type": "validation"}),
+    "tgi_inputs": (422, {"error": "Input validation error: `inputs` must have less than 1500 tokens. Given: 2647",
+                         "error_type": "validation"}),
 }
 """How each server refuses a conversation longer than the model's context, status and body as it sends them."""
 

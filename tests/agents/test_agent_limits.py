@@ -66,6 +66,25 @@ def test_overflow_is_recognised_by_text_code_and_status():
     assert not is_context_overflow(400, {"message": "Invalid value for tool_choice"})
 
 
+@pytest.mark.parametrize(("status", "body"), [
+    # HTTP 413, with a text that is a refusal at 400 too: the status alone must not turn it away
+    (413, {"error": {"message": "This model's maximum context length is 4096 tokens.", "code": None}}),
+    # OpenAI's Responses-era text, without the code it usually comes with
+    (400, {"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and "
+                                "try again.", "type": "invalid_request_error", "param": "input", "code": None}}),
+    # TGI's refusal of an input past its max_input_tokens
+    (422, {"error": "Input validation error: `inputs` must have less than 1024 tokens. Given: 2647",
+           "error_type": "validation"}),
+])
+def test_each_documented_signal_is_recognised_on_its_own(status, body):
+    assert is_context_overflow(status, body)
+    assert not is_context_overflow(500, body)
+
+
+def test_a_413_that_is_not_about_the_context_is_not_an_overflow():
+    assert not is_context_overflow(413, "<html><h1>413 Request Entity Too Large</h1></html>")
+
+
 async def test_the_tagged_agent_ends_out_of_context_on_both_wires(chat, make_tools):
     for wire in ("chat", "completions"):
         chat.reset()
@@ -97,6 +116,15 @@ def test_the_budget_counts_with_a_tokenizer_when_given():
         ContextBudget(100, bundled_model_path()).check(messages, None, {"max_tokens": 10})
     with pytest.raises(ConfigError, match="llm.context_window"):
         ContextBudget(0)
+
+
+def test_a_request_that_fills_the_window_exactly_is_sent_one_token_more_is_not():
+    messages = [{"role": "user", "content": "x" * 400}]  # estimated: 100 tokens, plus 4 for the message
+    budget = ContextBudget(104 + 16)
+    budget.check(messages, None, {"max_tokens": 16})  # the prompt and the completion fill the window: it fits
+    budget.check(messages, None, {"max_completion_tokens": 16, "max_tokens": 17})  # the newer name wins
+    with pytest.raises(ContextWindowExceeded, match="need 121 tokens"):
+        budget.check(messages, None, {"max_tokens": 17})
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

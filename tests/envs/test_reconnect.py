@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,9 +96,7 @@ async def test_calls_fail_with_an_error_result_when_the_gateway_stays_down(gw):
         kill(gw)
         first = await task.call_tool(TOOL, {"query": "Voss"})
         second = await task.call_tool(TOOL, {"query": "Kelmor"})
-        started = time.monotonic()
-        await asyncio.wait_for(env.close(), CLOSE_BOUND_S)
-    assert time.monotonic() - started < CLOSE_BOUND_S
+        await asyncio.wait_for(env.close(), CLOSE_BOUND_S)  # raises TimeoutError past the bound
     for result, record in zip([first, second], task.calls[1:], strict=True):
         assert not result.ok
         assert record.outcome == "transport_error"

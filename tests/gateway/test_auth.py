@@ -66,6 +66,61 @@ def test_every_route_answers_with_the_token(served):
                                                                         "runs": 200}
 
 
+@pytest.mark.parametrize("token", [TOKEN[:-1], TOKEN[:1], TOKEN + "x"])
+def test_a_token_that_only_shares_a_prefix_with_the_right_one_is_refused(served, token):
+    base, _ = served
+    r = httpx.get(f"{base}/healthz", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert r.status_code == 401 and r.json()["error"].startswith("wrong bearer token")
+
+
+def test_the_scheme_is_read_whatever_its_case(served):
+    # RFC 9110: the authentication scheme is case-insensitive.
+    base, _ = served
+    assert {httpx.get(f"{base}/healthz", headers={"Authorization": f"{scheme} {TOKEN}"}, timeout=10).status_code
+            for scheme in ("bearer", "BEARER", "Bearer")} == {200}
+
+
+@pytest.fixture(scope="module")
+def served_sse():
+    with gateway_served(gateway_file(SPARSE_MODULE), sparse_kb(), transport="sse", auth_token=TOKEN) as base:
+        yield base
+
+
+def _open_sse(base: str, headers: dict[str, str]) -> httpx.Response:
+    """`GET /sse`'s response: a refusal read whole, an event stream closed once its headers are in."""
+    with httpx.stream("GET", f"{base}/sse", headers=headers, timeout=10) as r:
+        if r.status_code != 200:
+            r.read()
+        return r
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({}, "missing bearer token"),
+        ({"Authorization": "Bearer wrong"}, "wrong bearer token"),
+    ],
+)
+def test_the_sse_transport_answers_401_without_the_right_token(served_sse, headers, reason):
+    # Both of its routes: the event stream and the endpoint its messages are posted to.
+    stream = _open_sse(served_sse, headers)
+    message = httpx.post(f"{served_sse}/messages/", params={"session_id": "0" * 32}, json=INITIALIZE,
+                         headers=headers, timeout=10)
+    for route, r in {"sse": stream, "messages": message}.items():
+        assert r.status_code == 401, route
+        assert r.json()["error"].startswith(reason), route
+        assert r.headers["WWW-Authenticate"].startswith("Bearer"), route
+
+
+def test_the_sse_transport_lets_the_token_through(served_sse):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert _open_sse(served_sse, auth).status_code == 200
+    # Past the token, an unknown session is the transport's own answer, not a refusal.
+    r = httpx.post(f"{served_sse}/messages/", params={"session_id": "0" * 32}, json=INITIALIZE, headers=auth,
+                   timeout=10)
+    assert r.status_code == 404
+
+
 async def test_env_sends_the_token_and_fails_clearly_without_it(served, monkeypatch):
     base, run_dir = served
     monkeypatch.delenv(TOKEN_ENV, raising=False)

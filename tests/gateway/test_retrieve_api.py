@@ -179,6 +179,29 @@ def test_a_pinned_top_k_wins_over_the_requests_topk(tmp_path):
     assert r.headers["X-Top-K"] == "2" and len(r.json()["result"][0]) == 2
 
 
+def test_the_gateways_max_top_k_is_a_depth_it_answers(sparse):
+    r = retrieve(sparse, {"queries": ["Veltrix"], "topk": 50})  # the default max_top_k: the last depth allowed
+    assert r.status_code == 200 and r.headers["X-Top-K"] == "50"
+
+
+class BrokenRetriever(SpyRetriever):
+    """A retriever whose index fails on every search."""
+
+    def search(self, queries: Sequence[str], k: int) -> Hits:
+        raise RuntimeError("the index file is gone")
+
+
+def test_a_failing_index_is_a_500_and_each_of_its_queries_is_recorded_as_a_tool_error(tmp_path):
+    broken = BrokenRetriever(BM25Retriever.build(PASSAGES))
+    with served(KnowledgeBase(PASSAGES, {"sparse": broken}), tmp_path) as base:
+        r = retrieve(base, {"queries": QUERIES[:2]}, **{"X-Call-Id": "broken"})
+        assert r.status_code == 500 and "the sparse index failed" in r.json()["error"]
+        records = ledger(tmp_path)  # recorded before the answer left
+    assert [(x["call_id"], x["outcome"], x["ok"], x["via"], x["result_ids"]) for x in records] == [
+        (f"broken:{i}", "tool_error", False, "retrieve", []) for i in range(2)]
+    assert all("the index file is gone" in x["error"] for x in records)
+
+
 def test_each_query_is_one_ledger_record_marked_via_retrieve_and_the_report_counts_them(sparse, tmp_path, capsys):
     r = retrieve(sparse, {"queries": QUERIES, "topk": 2}, **{"X-Task-Id": "step-3", "X-Call-Id": "batch-1"})
     answered = [[d["id"] for d in items] for items in r.json()["result"]]

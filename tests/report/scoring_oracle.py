@@ -1,21 +1,98 @@
 """The pandas implementation `summarize` had before it streamed: one DataFrame row per record.
 
-Kept as the oracle the streaming summary must agree with to the byte (tests/report/test_scoring_stream.py).
+Kept as the oracle the streaming summary must agree with to the byte (tests/report/test_scoring_stream.py). Its
+arithmetic is its own, written from the definitions and not imported from the code it checks: a task's scores
+(SQuAD's answer normalisation, exact match, token F1, contains-answer, retrieval recall), the Student-t interval
+(`scipy.stats.t`) and pass@k (the binomial ratio with `math.comb`). Only names (the metrics, the statuses) and the
+summary's record types come from `rollout`.
 """
 
 from __future__ import annotations
 
+import math
+import re
+import statistics
+import string
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from rollout.records import TaskResult
-from rollout.report.metrics import pass_at_k
-from rollout.report.scoring import METRICS, STATUSES, score_task, t_interval
+from rollout.report.scoring import CI_LEVEL, METRICS, STATUSES
 from rollout.summary import GroupScores, Metrics, RepeatStats, RunSummary, TokenUse, ToolUse
+
+
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def _normalize(text: str) -> str:
+    """SQuAD v1.1's `normalize_answer`: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _exact(prediction: str, golden: Sequence[str]) -> float:
+    return 1.0 if _normalize(prediction) in {_normalize(g) for g in golden} else 0.0
+
+
+def _token_f1(prediction: str, golden: Sequence[str]) -> float:
+    best = 0.0
+    for gold in golden:
+        pred, ref = _normalize(prediction).split(), _normalize(gold).split()
+        overlap = sum((Counter(pred) & Counter(ref)).values())
+        if overlap:
+            best = max(best, 2 * overlap / (len(pred) + len(ref)))  # the harmonic mean of precision and recall
+    return best
+
+
+def _contains(prediction: str, golden: Sequence[str]) -> float:
+    words = _normalize(prediction).split()
+    for gold in filter(None, map(_normalize, golden)):
+        span = gold.split()
+        if any(words[i:i + len(span)] == span for i in range(len(words) - len(span) + 1)):
+            return 1.0
+    return 0.0
+
+
+def _recall(r: TaskResult) -> float | None:
+    gold = set(r.metadata.get("gold_doc_ids", []))
+    if not gold:
+        return None
+    seen = {i for c in r.tool_calls for i in [*c.result_ids, *c.result_doc_ids]}
+    return len(gold & seen) / len(gold)
+
+
+def score_task(r: TaskResult, *, score_failed: bool = False) -> dict[str, Any]:
+    """One row: a task's four metrics (None when not scored; 0 for the answer of a scored failed task) and counts."""
+    scored = r.status == "ok" or score_failed
+    answer = {"exact_match": _exact, "f1": _token_f1, "contains_answer": _contains}
+    row: dict[str, Any] = {"id": r.id, "repeat": r.repeat, "status": r.status, "scored": scored}
+    for name, metric in answer.items():
+        row[name] = None if not scored else metric(r.prediction, r.golden_answers) if r.status == "ok" else 0.0
+    row["retrieval_recall"] = _recall(r) if scored else None
+    row |= {"tool_calls": len(r.tool_calls), "truncated": r.truncated, "out_of_turns": r.out_of_turns,
+            "out_of_context": r.out_of_context, "total_tokens": r.usage.get("total_tokens"),
+            "cost_usd": r.usage.get("cost_usd"), "hops": r.metadata.get("hops"), "style": r.metadata.get("style")}
+    return row
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """The Student-t interval of the mean at `CI_LEVEL` (None with fewer than two values)."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    half = stats.t.ppf(0.5 + CI_LEVEL / 2, df=len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n-c, k) / C(n, k): the chance that k of n samples hold one of the c correct ones."""
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def _means(df: pd.DataFrame) -> Metrics:

@@ -101,6 +101,42 @@ def test_a_changed_prediction_is_judged_again(server, tmp_path):
     assert server.count == before + 1 and scores(run)["q3"]["judge_correct"] == 1.0 and judging.asked == 1
 
 
+def browsecomp_run(root: Path) -> Path:
+    """A run of one task whose final response (what BrowseComp's grader reads) is not its short prediction."""
+    record = task("q1", ["Ann Lee"], "Ann Lee")
+    record.messages = [{"role": "user", "content": "Question q1?"},
+                       {"role": "assistant", "content": "Explanation: the registry names her.\nExact Answer: Ann Lee\n"
+                                                        "Confidence: 80%"}]
+    run = root / "run"
+    run.mkdir()
+    (run / TRAJECTORY_FILE).write_text(json.dumps(record.to_json()) + "\n")
+    (run / "config.yaml").write_text("mode_name: hybrid\n")
+    return run
+
+
+def test_a_second_browsecomp_judging_asks_nothing_though_the_judged_response_is_not_the_prediction(server, tmp_path):
+    # The cache is keyed on the text judged (the whole response), not on the prediction: 1 request in all, not 2.
+    run = browsecomp_run(tmp_path)
+    before = server.count
+    first = judge_run(run, settings(server, run, "--preset", "browsecomp"))
+    second = judge_run(run, settings(server, run, "--preset", "browsecomp"))
+    assert server.count - before == 1
+    assert (first.asked, second.asked) == (1, 0) and second.means["judge_correct"] == 1.0
+
+
+def test_judges_at_two_temperatures_keep_their_own_verdicts(server, tmp_path):
+    # The sampling is part of the judge's identity: a verdict at one temperature is not reused at another.
+    run = make_run(tmp_path)
+    cold = judge_run(run, settings(server, run, "--temperature", "0"))
+    before = server.count
+    warm = judge_run(run, settings(server, run, "--temperature", "0.7"))
+    assert cold.settings.key != warm.settings.key
+    assert server.count - before == 4 and warm.asked == 4
+    assert all(len(read_verdicts(verdicts_path(run, j.settings.key))) == 4 for j in (cold, warm))
+    again = judge_run(run, settings(server, run, "--temperature", "0"))
+    assert again.settings.key == cold.settings.key and again.asked == 0
+
+
 def test_another_judge_is_kept_beside_the_first_and_the_latest_writes_the_scores(server, tmp_path):
     run = make_run(tmp_path)
     first = judge_run(run, settings(server, run)).settings.key

@@ -6,15 +6,18 @@ import pytest
 from rich.console import Console
 
 from rollout.records import Question, TaskResult, ToolCallRecord
+from rollout.report.metrics import (contains_answer, exact_match, f1_score, normalize_answer, pass_at_k,
+                                    retrieval_recall)
 from rollout.report.scoring import print_summary, summarize, t_interval
 
 
-def task(qid: str, right: bool, *, status: str = "ok", repeat: int = 0, gold_docs=("d1",), found=("d1",)) -> TaskResult:
-    """Task `qid` whose gold answer is "Paris"; its one tool call returned `found`."""
+def task(qid: str, right: bool, *, status: str = "ok", repeat: int = 0, gold_docs=("d1",), found=("d1",),
+         found_docs=()) -> TaskResult:
+    """Task `qid` whose gold answer is "Paris"; its one tool call returned `found` (chunks of `found_docs`)."""
     call = ToolCallRecord(
         call_id=f"{qid}-{repeat}", name="query_knowledge_base_dense", arguments={"query": qid},
         ok=status != "infra_error", outcome="ok" if status != "infra_error" else "transport_error", error=None,
-        started=0.0, latency_ms=1.0, result_ids=list(found), result_doc_ids=[], reached_gateway=True,
+        started=0.0, latency_ms=1.0, result_ids=list(found), result_doc_ids=list(found_docs), reached_gateway=True,
     )
     question = Question(qid, f"where {qid}", ["Paris"], {"gold_doc_ids": list(gold_docs)})
     prediction = "Paris" if right else "Lyon"
@@ -52,6 +55,32 @@ def test_score_failed_counts_failed_tasks_as_wrong_answers():
     assert s["metrics"]["exact_match"] == 0.25  # the infra_error task's right prediction counts as wrong
     assert s["metrics"]["retrieval_recall"] == 0.75  # what the calls returned still counts
     assert s["deterministic_agent"] is True
+
+
+def test_recall_counts_gold_documents_found_through_their_chunks():
+    # A chunked corpus: the call returned passages "d1#0" and "d9#2", chunks of documents d1 and d9; gold names d1, d2.
+    s = summary([task("q1", True, gold_docs=("d1", "d2"), found=("d1#0", "d9#2"), found_docs=("d1", "d9"))])
+    assert s["metrics"]["retrieval_recall"] == 0.5
+
+
+def test_answer_metrics_follow_squads_definitions():
+    # Articles are dropped as words (a, an, the), never inside one; so is punctuation; case and spacing do not count.
+    assert normalize_answer("A  Tale of the Anthem, an Ode!") == "tale of anthem ode"
+    assert exact_match("a Paris.", ["Paris"]) == 1.0 and exact_match("Paris, France", ["Paris"]) == 0.0
+    # Token F1: "new york" shares 2 tokens with the 3 of "new york city": precision 1, recall 2/3, F1 0.8.
+    assert f1_score("New York", ["Paris", "New York City"]) == pytest.approx(0.8)
+    assert f1_score("Lyon", ["Paris"]) == 0.0
+    # Contains-answer matches whole words only.
+    assert contains_answer("It is 42, I think", ["42"]) == 1.0 and contains_answer("It is 420", ["42"]) == 0.0
+    assert retrieval_recall(["d1", "d3"], ["d1", "d2"]) == 0.5 and retrieval_recall(["d1"], []) is None
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    # 1 - C(n-c, k) / C(n, k)
+    assert pass_at_k(3, 1, 1) == pytest.approx(1 / 3)
+    assert pass_at_k(3, 1, 2) == pytest.approx(1 - 1 / 3)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 1, 4) == 1.0
 
 
 def test_nothing_scored_gives_empty_metrics():

@@ -17,11 +17,16 @@ def test_a_local_run_keeps_its_gateway_on_loopback():
     assert gateway_host(compose_run_config()) == "127.0.0.1"
 
 
-def test_a_cluster_run_binds_the_node_address_unless_told_otherwise():
+def test_a_cluster_run_binds_the_node_address_unless_told_otherwise(monkeypatch):
     cfg = compose_run_config("ray.address=auto")
     assert gateway_host(cfg) == ray.util.get_node_ip_address()
     assert gateway_host(compose_run_config("ray.address=auto", "gateway.host=0.0.0.0")) == "0.0.0.0"
-    assert not is_loopback(gateway_host(cfg)) or ray.util.get_node_ip_address().startswith("127.")
+    # On a node whose address other nodes reach, that address is where the gateway listens, off loopback; a local
+    # run on the same node stays on loopback, and gateway.host still wins.
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda *args, **kwargs: "10.1.2.3")
+    assert gateway_host(cfg) == "10.1.2.3" and not is_loopback(gateway_host(cfg))
+    assert gateway_host(compose_run_config()) == "127.0.0.1"
+    assert gateway_host(compose_run_config("ray.address=auto", "gateway.host=127.0.0.1")) == "127.0.0.1"
 
 
 def test_host_is_not_part_of_the_run_identity():
