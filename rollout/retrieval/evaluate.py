@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.console import ReadableConsole
-from rollout.data import open_corpus
+from rollout.data import CorpusStore, open_corpus
 from rollout.errors import RolloutError
 from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity, parse_verbose
@@ -69,9 +69,13 @@ def _first_relevant_rank(relevant: Sequence[bool]) -> int | None:
 
 def _gold_kind(questions: Sequence[Question], passages: Sequence[Passage]) -> str:
     """Whether the questions' gold ids name passages, source documents (chunked corpora, folders of files), or both."""
-    gold = {g for q in questions for g in q.gold_doc_ids}
-    names_passage = bool(gold & {p.id for p in passages})
-    names_document = bool(gold & {p.doc_id for p in passages if p.doc_id is not None})
+    gold = sorted({g for q in questions for g in q.gold_doc_ids})
+    if isinstance(passages, CorpusStore):  # looked up by id: a corpus of millions is not read through
+        names_passage = bool((passages.rows_of(gold) >= 0).any())
+        names_document = any(passages[row].doc_id is not None for g in gold for row in passages.doc_rows_of(g))
+    else:
+        names_passage = bool(set(gold) & {p.id for p in passages})
+        names_document = bool(set(gold) & {p.doc_id for p in passages if p.doc_id is not None})
     if names_document and not names_passage:
         return "documents"
     return "passages and documents" if names_document else "passages"

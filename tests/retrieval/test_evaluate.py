@@ -85,3 +85,15 @@ def test_bm25_gets_no_credit_for_a_query_it_cannot_match(backend):
           Question("q2", "xylophone", ["x"], {"gold_doc_ids": ["p0"]})]
     s = score_hits(sparse.search([q.question for q in qs], 3), qs, PASSAGES, [1, 3])
     assert s["recall"] == {1: 0.0, 3: 0.0} and s["hit"] == {1: 0.0, 3: 0.0} and s["mrr"] == 0.0
+
+
+@pytest.mark.parametrize(("gold", "kind"), [(["c-0"], "passages"), (["c"], "documents"),
+                                            (["c", "a"], "passages and documents")])
+def test_what_gold_ids_name_is_looked_up_in_a_corpus_store_as_in_a_list(tmp_path, gold, kind):
+    from rollout.data.corpus_store import CorpusStore, write_store
+    from rollout.retrieval.evaluate import _gold_kind
+
+    passages = [Passage("a", "A", "alpha"), Passage("c-0", "C", "one", "c"), Passage("c-1", "C", "two", "c")]
+    write_store(passages, tmp_path / "store")
+    questions = [Question("q", "?", ["x"], {"gold_doc_ids": gold})]
+    assert _gold_kind(questions, CorpusStore(tmp_path / "store")) == _gold_kind(questions, passages) == kind
