@@ -17,7 +17,8 @@ each in fresh processes, with a fresh index cache per size:
 - with `--baseline DIR` (a clone of an older commit), the same for that checkout (`PYTHONPATH=DIR`) at sizes up to
   `--baseline-max` (the in-memory build of old needs about 13 GB a million passages).
 - with `--dense N`, a gateway over the N-passage corpus with a random flat faiss index as `retriever.dense.index_path`
-  (384-d, row i = passage i): memory at ready and after the queries.
+  (384-d, row i = passage i): memory at ready and after the queries; with `--search-r1 DIR` (a checkout of
+  Search-R1), its own retrieval server over the same corpus and index, measured the same way.
 
 It prints one table, the growth of each memory figure from size to size, and the targets of a 2M-passage corpus:
 build peak anonymous <= 3 GiB and growing <= 25% from 1M to 2M; a gateway ready in <= 10 s with <= 700 MiB resident.
@@ -214,7 +215,7 @@ def serve(gw: Gateway, qs: list[str], path: str) -> dict[str, float]:
         for batch in (1, 16):
             started = time.perf_counter()
             for i in range(0, len(qs), batch):
-                r = client.post(f"{gw.url}{path}", json={"queries": qs[i:i + batch], "topk": 10})
+                r = client.post(f"{gw.url}{path}", json={"queries": qs[i:i + batch], "topk": 10, "return_scores": True})
                 r.raise_for_status()
             out[f"qps_{batch}"] = len(qs) / (time.perf_counter() - started)
     out["after_anon"], out["after_rss"] = tree_memory(gw.proc.pid)
@@ -251,7 +252,9 @@ def sparse_rows(checkout: Path, n: int, corpus: Path, qs: list[str], two: bool) 
         subprocess.run(["rm", "-rf", str(cache)], check=False)
 
 
-def dense_row(checkout: Path, n: int, corpus: Path, qs: list[str]) -> dict[str, float]:
+def dense_rows(checkout: Path, n: int, corpus: Path, qs: list[str],
+               search_r1: Path | None) -> list[tuple[str, int, dict[str, float]]]:
+    """The dense gateway over a random flat `index_path`, and Search-R1's server over the same files."""
     import faiss
 
     cache = Path(tempfile.mkdtemp(prefix=f"scale-dense-{n}-"))
@@ -270,11 +273,58 @@ def dense_row(checkout: Path, n: int, corpus: Path, qs: list[str]) -> dict[str, 
         start_gateway(checkout, corpus, cache, "conf/gateways/rag_dense_only.json", *options).close()
         gw = start_gateway(checkout, corpus, cache, "conf/gateways/rag_dense_only.json", *options)
         try:
-            return serve(gw, qs, "/retrieve/dense")
+            rows = [("rollout dense", n, serve(gw, qs, "/retrieve/dense"))]
         finally:
             gw.close()
+        if search_r1 is not None:
+            rows.append(("Search-R1 dense", n, search_r1_row(search_r1, n, corpus, cache / "flat.index", qs)))
+        return rows
     finally:
         subprocess.run(["rm", "-rf", str(cache)], check=False)
+
+
+SEARCH_R1_SHIM = """
+import runpy, sys, torch
+# Search-R1's server moves its encoder to CUDA and to float16; this machine has neither: both stay on the CPU.
+torch.nn.Module.cuda = lambda self, *a, **k: self
+torch.nn.Module.half = lambda self: self
+torch.Tensor.cuda = lambda self, *a, **k: self
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def search_r1_row(checkout: Path, n: int, corpus: Path, index: Path, qs: list[str]) -> dict[str, float]:
+    """Search-R1's own retrieval server (search_r1/search/retrieval_server.py of a checkout) over the same corpus and
+    flat index, its encoder the bundled MiniLM on the CPU: started twice (the first converts the corpus into the Hugging
+    Face cache), measured as `serve` measures a gateway. It listens on port 8000, as it always does."""
+    from rollout.retrieval.encoder import bundled_model_path
+
+    command = [sys.executable, "-c", SEARCH_R1_SHIM, str(checkout / "search_r1/search/retrieval_server.py"),
+               "--index_path", str(index), "--corpus_path", str(corpus), "--retriever_name", "minilm",
+               "--retriever_model", bundled_model_path(), "--topk", "10"]
+    for attempt in range(2):
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"Search-R1's server exited with {proc.returncode}")
+                try:
+                    # Its endpoint fails unless asked for scores (it unpacks (results, scores) either way).
+                    if httpx.post("http://127.0.0.1:8000/retrieve", json={"queries": ["x"], "topk": 1,
+                                                                           "return_scores": True},
+                                  timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            if attempt == 1:
+                return serve(Gateway(proc, "http://127.0.0.1:8000", time.perf_counter() - started), qs, "/retrieve")
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    raise AssertionError("unreachable")
 
 
 def fmt(row: dict[str, float], key: str) -> str:
@@ -292,6 +342,7 @@ def fmt(row: dict[str, float], key: str) -> str:
 COLUMNS = [("build_s", "build s"), ("build_cpu_s", "build CPU s"), ("build_anon", "build peak anon"),
            ("build_rss", "build peak RSS"), ("index_bytes", "index"), ("ready_s", "gw ready s"),
            ("ready_rss", "gw RSS ready"), ("ready_anon", "gw anon ready"), ("after_rss", "gw RSS +queries"),
+           ("after_anon", "gw anon +queries"),
            ("qps_1", "q/s b1"), ("qps_16", "q/s b16"), ("shared", "2nd gw shared"), ("second_rss", "2nd gw RSS")]
 
 
@@ -306,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-max", type=int, default=1_000_000)
     p.add_argument("--dense", type=int, default=0, help="also a dense gateway with a flat index_path over this size")
     p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--search-r1", type=Path, help="a Search-R1 checkout: its retrieval server beside the dense gateway")
     p.add_argument("--corpora", type=Path, default=Path.home() / ".cache" / "rollout-bench" / "corpora")
     p.add_argument("--smoke", action="store_true", help="2,000 passages, 50 queries: that the bench runs")
     args = p.parse_args(argv)
@@ -322,13 +374,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("baseline", n, sparse_rows(args.baseline, n, corpus, qs, two=False)))
     if args.dense:
         corpus = corpus_file(args.dense, args.corpora)
-        rows.append(("rollout dense", args.dense, dense_row(ROOT, args.dense, corpus, queries(corpus, args.queries))))
+        rows += dense_rows(ROOT, args.dense, corpus, queries(corpus, args.queries), args.search_r1)
     print(" | ".join(["checkout", "passages", *(title for _, title in COLUMNS)]))
     for name, n, row in rows:
         print(" | ".join([name, f"{n:,}", *(fmt(row, key) for key, _ in COLUMNS)]))
     ours = [(n, row) for name, n, row in rows if name == "rollout"]
     for (n0, r0), (n1, r1) in zip(ours, ours[1:]):
-        growth = ", ".join(f"{title} x{r1[key] / r0[key]:.2f}" for key, title in COLUMNS[:5] + COLUMNS[5:9]
+        growth = ", ".join(f"{title} x{r1[key] / r0[key]:.2f}" for key, title in COLUMNS[:10]
                            if r0.get(key))
         print(f"growth {n0:,} -> {n1:,} passages: {growth}")
     for name, n, row in rows:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from ray.cluster_utils import Cluster
 
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
@@ -109,6 +110,19 @@ def shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's temporary folder: under xdist, the one above each worker's own."""
     root = tmp_path_factory.getbasetemp()
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Cluster]:
+    """A two-node Ray cluster on this machine (one CPU each), for the module; a local Ray of an earlier module makes
+    way for it (start_local_ray starts one again where needed)."""
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster
+    cluster.shutdown()
 
 
 @pytest.fixture

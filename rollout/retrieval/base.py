@@ -37,6 +37,13 @@ class Retriever(Protocol):
         ...
 
 
+def query_list(queries: Sequence[str]) -> list[str]:
+    """The queries of a batch as a list; a bare string (a common slip) is refused rather than searched per letter."""
+    if isinstance(queries, str):
+        raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
+    return list(queries)
+
+
 def check_k(k: int) -> None:
     """Reject a k that no index can answer."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rollout.errors import RetrievalError
-from rollout.retrieval.base import PAD_INDEX, Hits, Retriever, check_k, empty_hits
+from rollout.retrieval.base import PAD_INDEX, Hits, Retriever, check_k, empty_hits, query_list
 
 
 class HybridRetriever:
@@ -52,9 +52,7 @@ class HybridRetriever:
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """Return the k passages with the highest fused score for each query (float32 scores)."""
         check_k(k)
-        if isinstance(queries, str):
-            raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-        queries = list(queries)
+        queries = query_list(queries)
         hits = empty_hits(len(queries), k)
         if not queries:
             return hits

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rollout.errors import RetrievalError
-from rollout.retrieval.base import Hits, check_k, empty_hits
+from rollout.retrieval.base import Hits, check_k, empty_hits, query_list
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +98,7 @@ class LuceneRetriever:
         One query goes through `LuceneSearcher.search`; a batch through `batch_search`, on a Java thread per core.
         """
         check_k(k)
-        if isinstance(queries, str):
-            raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-        queries = list(queries)
+        queries = query_list(queries)
         hits = empty_hits(len(queries), k)
         if not queries:
             return hits

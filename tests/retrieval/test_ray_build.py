@@ -8,9 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 from hydra import compose, initialize_config_dir
-from ray.cluster_utils import Cluster
 
 from rollout.data import ensure_demo_kb, load_corpus, open_corpus
 from rollout.paths import CONF_DIR
@@ -55,17 +53,6 @@ def test_shards_assemble_into_the_index_of_the_whole_matrix(tmp_path, index):
     ours, theirs = assembled.search_vectors(queries, 10), whole.search_vectors(queries, 10)
     assert assembled.num_passages == 3000 and assembled.index_type == whole.index_type
     assert np.array_equal(ours.indices, theirs.indices) and np.allclose(ours.scores, theirs.scores, atol=1e-6)
-
-
-@pytest.fixture(scope="module")
-def two_nodes():
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    yield cluster
-    cluster.shutdown()
 
 
 @pytest.mark.slow

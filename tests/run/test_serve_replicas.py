@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 from rollout.errors import ConfigError
 from rollout.gateway.serve_replica import check_replicable
@@ -22,18 +20,6 @@ from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run_folder import ledger_paths, report_path, trajectory_path
 from tests.demo_runs import SMALL_KB
-
-
-@pytest.fixture(scope="module")
-def two_nodes():
-    # A local Ray of an earlier module makes way for the cluster (tests.conftest starts one again where needed).
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    yield cluster
-    cluster.shutdown()
 
 
 def retrieved(run_dir):
