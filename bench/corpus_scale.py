@@ -19,6 +19,8 @@ each in fresh processes, with a fresh index cache per size:
 - with `--dense N`, a gateway over the N-passage corpus with a random flat faiss index as `retriever.dense.index_path`
   (384-d, row i = passage i): memory at ready and after the queries; with `--search-r1 DIR` (a checkout of
   Search-R1), its own retrieval server over the same corpus and index, measured the same way.
+- with `--pyserini N` (the `lucene` extra installed), Pyserini's Lucene index over the N-passage corpus: its build
+  (wall, CPU, whole-tree peak memory, the JVM's included), its size, and q/s through `rollout.retrieval.lucene`.
 
 It prints one table, the growth of each memory figure from size to size, and the targets of a 2M-passage corpus:
 build peak anonymous <= 3 GiB and growing <= 25% from 1M to 2M; a gateway ready in <= 10 s with <= 700 MiB resident.
@@ -327,6 +329,56 @@ def search_r1_row(checkout: Path, n: int, corpus: Path, index: Path, qs: list[st
     raise AssertionError("unreachable")
 
 
+LUCENE_BUILD = """
+import sys
+from rollout.retrieval.lucene import build_lucene_index
+build_lucene_index(sys.argv[1], sys.argv[2], threads=int(sys.argv[3]))
+"""
+LUCENE_SEARCH = """
+import json, sys, time
+import numpy as np
+from rollout.retrieval.lucene import LuceneRetriever
+qs = json.loads(open(sys.argv[2]).read())
+retriever = LuceneRetriever.open(sys.argv[1], lambda ids: np.zeros(len(ids), np.int64), k1=0.9, b=0.4)
+retriever.search(qs[:1], 10)
+out = {}
+for batch in (1, 16):
+    started = time.perf_counter()
+    for i in range(0, len(qs), batch):
+        retriever.search(qs[i:i + batch], 10)
+    out[f"qps_{batch}"] = len(qs) / (time.perf_counter() - started)
+print(json.dumps(out))
+"""
+
+
+def pyserini_row(n: int, corpus: Path, qs: list[str]) -> dict[str, float]:
+    """Pyserini's Lucene index over the same corpus (its BM25, k1=0.9 b=0.4), built and searched as
+    `rollout.retrieval.lucene` does: build time and whole-tree peak memory (the JVM included), index size, q/s."""
+    folder = Path(tempfile.mkdtemp(prefix=f"scale-lucene-{n}-"))
+    try:
+        (folder / "input").mkdir()
+        (folder / "input" / corpus.name).symlink_to(corpus)
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", LUCENE_BUILD, str(folder / "input"), str(folder / "index"),
+                                 str(os.cpu_count() or 1)], stdout=subprocess.DEVNULL)
+        peak = Peak()
+        watcher = peak.watch(proc.pid)
+        _, code, usage = os.wait4(proc.pid, 0)
+        peak.stop.set()
+        watcher.join()
+        if code:
+            raise SystemExit(f"the Lucene build failed (status {code})")
+        row = {"build_s": time.perf_counter() - started, "build_cpu_s": usage.ru_utime + usage.ru_stime,
+               "build_anon": peak.anon, "build_rss": peak.rss,
+               "index_bytes": sum(f.stat().st_size for f in (folder / "index").iterdir())}
+        (folder / "queries.json").write_text(json.dumps(qs))
+        done = subprocess.run([sys.executable, "-c", LUCENE_SEARCH, str(folder / "index"), str(folder / "queries.json")],
+                              capture_output=True, text=True, check=True)
+        return row | json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
 def fmt(row: dict[str, float], key: str) -> str:
     if key not in row:
         return "-"
@@ -357,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-max", type=int, default=1_000_000)
     p.add_argument("--dense", type=int, default=0, help="also a dense gateway with a flat index_path over this size")
     p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--pyserini", type=int, default=0, help="also build and search a Pyserini Lucene index over this size")
     p.add_argument("--search-r1", type=Path, help="a Search-R1 checkout: its retrieval server beside the dense gateway")
     p.add_argument("--corpora", type=Path, default=Path.home() / ".cache" / "rollout-bench" / "corpora")
     p.add_argument("--smoke", action="store_true", help="2,000 passages, 50 queries: that the bench runs")
@@ -372,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measured {n:,} passages", file=sys.stderr, flush=True)
         if args.baseline is not None and n <= args.baseline_max:
             rows.append(("baseline", n, sparse_rows(args.baseline, n, corpus, qs, two=False)))
+    if args.pyserini:
+        corpus = corpus_file(args.pyserini, args.corpora)
+        rows.append(("Pyserini Lucene", args.pyserini, pyserini_row(args.pyserini, corpus,
+                                                                    queries(corpus, args.queries))))
     if args.dense:
         corpus = corpus_file(args.dense, args.corpora)
         rows += dense_rows(ROOT, args.dense, corpus, queries(corpus, args.queries), args.search_r1)
