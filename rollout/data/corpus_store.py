@@ -9,8 +9,11 @@ its source, into the cache as `corpus-store-<key>/`:
     docs.npy         the same for each row's source document (`Passage.source_id`); doc_rows.npy its rows
     meta.json        written last: passages, the corpus fingerprint (`rollout.retrieval.cache.corpus_fingerprint`)
 
-Opening it reads meta.json and the Arrow footer; a passage is built when a row is asked for, and only the pages
-those rows sit on become resident (file-backed pages the kernel shares between every process that maps the file).
+Opening it reads meta.json and the Arrow footer. A passage is built when a row is asked for: its four strings are
+read with `pread` at the offsets the memory-mapped offset arrays give, so a process holds none of the text in its
+resident set (a fault on the mapping maps a whole page-cache folio: 1.5 MB a passage read on average here, for a
+few hundred bytes); the page cache the kernel shares between processes serves the reads. A scan (`__iter__`,
+`contents`: an index build) reads the mapped columns in bulk.
 An id or document lookup binary-searches the hash arrays (also memory-mapped) and compares the ids themselves, so a
 hash collision costs a comparison, never a wrong row. The key is the source's spec and the size and modification
 time of its files (`rollout.data.materialize`): an edited corpus gets a new store.
@@ -66,8 +69,10 @@ class CorpusStore(Sequence[Passage]):
             meta = json.loads((self.path / _META).read_text(encoding="utf-8"))
             if meta.get("version") != STORE_VERSION:
                 raise ValueError(f"version {meta.get('version')}, not {STORE_VERSION}")
-            reader = pa.ipc.open_file(pa.memory_map(str(self.path / _PASSAGES), "r"))
+            mapped = pa.memory_map(str(self.path / _PASSAGES), "r")
+            reader = pa.ipc.open_file(mapped)
             self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            self._columns = _ColumnReader(self.path / _PASSAGES, mapped, self._batches)
             self._ids = _HashIndex(self.path, "ids.npy", "rows.npy")
             self._docs = _HashIndex(self.path, "docs.npy", "doc_rows.npy")
         except (OSError, ValueError, KeyError, pa.ArrowException) as e:
@@ -96,9 +101,8 @@ class CorpusStore(Sequence[Passage]):
             raise IndexError(f"passage row {row} out of range for a corpus of {n}")
         row = int(row) % n
         b = bisect_right(self._starts, row) - 1
-        batch, i = self._batches[b], row - self._starts[b]
-        values = [batch.column(c)[i].as_py() for c in range(4)]
-        return Passage(values[0], values[1], values[2], values[3])
+        pid, title, text, doc_id = self._columns.row(b, row - self._starts[b])
+        return Passage(pid, title, text, doc_id or None)  # an empty doc_id is a null one: ids are never empty
 
     def __iter__(self) -> Iterator[Passage]:
         for batch in self._batches:
@@ -128,6 +132,36 @@ class CorpusStore(Sequence[Passage]):
 
     def doc_rows_of(self, doc: str) -> tuple[int, ...]:
         return tuple(self._docs.rows(doc, lambda row: self[row].source_id))
+
+
+class _ColumnReader:
+    """Reads one row's strings with `pread`: each column's offsets from the mapped file, its bytes from the file."""
+
+    def __init__(self, path: Path, mapped: pa.MemoryMappedFile, batches: list[pa.RecordBatch]) -> None:
+        mapped.seek(0)
+        base = mapped.read_buffer().address  # zero-copy: the mapping's first byte
+        self._fd = os.open(path, os.O_RDONLY)
+        self._offsets: list[list[np.ndarray]] = []
+        self._data: list[list[int]] = []
+        for batch in batches:
+            offsets, data = [], []
+            for c in range(batch.num_columns):
+                column = batch.column(c)
+                _, offset_buffer, data_buffer = column.buffers()
+                offsets.append(np.frombuffer(offset_buffer, dtype=np.int32)[column.offset:column.offset + len(column) + 1])
+                data.append(0 if data_buffer is None else data_buffer.address - base)
+            self._offsets.append(offsets)
+            self._data.append(data)
+
+    def row(self, batch: int, i: int) -> list[str]:
+        out = []
+        for offsets, start in zip(self._offsets[batch], self._data[batch], strict=True):
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            out.append(os.pread(self._fd, hi - lo, start + lo).decode("utf-8") if hi > lo else "")
+        return out
+
+    def __del__(self) -> None:
+        os.close(self._fd)
 
 
 class DocRows(Mapping[str, tuple[int, ...]]):

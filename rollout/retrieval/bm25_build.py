@@ -49,7 +49,7 @@ DEFAULT_BUILD_MEMORY_MB = 2048
 """`retriever.sparse.build_memory_mb`: what a BM25 build may hold, the driver and its tokenizing workers together."""
 TOKENS_PER_TEXT_BYTE = 16
 """Python bytes a chunk's tokens take per byte of its text (str objects, lists, counters): the chunk size divisor."""
-POOL_MIN_PASSAGES = 50_000
+POOL_MIN_PASSAGES = 200_000
 """Below this many passages the tokenizing stays in the building process: starting workers would cost more."""
 
 
