@@ -20,7 +20,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, plain
@@ -162,6 +162,14 @@ def judged_text(task: TaskResult, preset: JudgePreset) -> str:
             if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:
                 return message["content"]
     return task.prediction
+
+
+def reread(record: JudgeRecord, preset: JudgePreset) -> JudgeRecord:
+    """A kept verdict as the preset's parser reads its reply now (a reply an older parser misread is read again)."""
+    if record.error is not None or record.reply is None:
+        return record
+    verdict = preset.parse(record.reply)
+    return replace(record, label=verdict.label, metrics=verdict.metrics, extracted_answer=verdict.extracted_answer)
 
 
 def needs_asking(task: TaskResult, cached: JudgeRecord | None, preset: JudgePreset) -> bool:

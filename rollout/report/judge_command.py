@@ -23,7 +23,15 @@ from rollout.console import percent
 from rollout.errors import RolloutError
 from rollout.records import TaskKey, TaskResult
 from rollout.report.compare import find_runs
-from rollout.report.judge import Judge, JudgeRecord, JudgeSettings, failed_task_metrics, judge_sync, needs_asking
+from rollout.report.judge import (
+    Judge,
+    JudgeRecord,
+    JudgeSettings,
+    failed_task_metrics,
+    judge_sync,
+    needs_asking,
+    reread,
+)
 from rollout.report.judge_agreement import Agreement, Disagreement, agreement
 from rollout.report.judge_presets import PRESETS
 from rollout.report.judge_store import (
@@ -90,7 +98,8 @@ def judge_run(run_dir: Path, settings: JudgeSettings) -> RunJudging:
     tasks = _tasks(run_dir, messages=settings.preset.reads_response)
     scored = [t for t in tasks if is_scored(t.status, score_failed=score_failed)]
     answered = [t for t in scored if t.status == "ok"]
-    verdicts = read_verdicts(verdicts_path(run_dir, settings.key))
+    verdicts = {key: reread(record, settings.preset)
+                for key, record in read_verdicts(verdicts_path(run_dir, settings.key)).items()}
     to_ask = [t for t in answered if needs_asking(t, verdicts.get(t.key), settings.preset)]
     wall_s = 0.0
     if to_ask:

@@ -14,7 +14,8 @@ text: a test checks it, and it is part of the judge's identity, so an edited pro
   its leaderboard is scored with: the gold answer comes before the judgement format, the judge repeats it, and
   semantically equivalent or more precise answers count as correct. One user message, as that script sends it.
 
-A reply none of the parsers can read is a `Verdict` with no label and None metrics: never a wrong answer.
+A reply none of the parsers can read is a `Verdict` with no label and None metrics: never a wrong answer. So is a
+reply naming more than one grade (a small judge echoing the prompt's list of grades), never the first it names.
 Upstream scores such a reply as NOT_ATTEMPTED (simpleqa) or "no" (browsecomp); here it is counted apart.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rollout.errors import ConfigError
@@ -218,18 +219,27 @@ _GRADE_WORD = re.compile(r"\b(NOT[_ ]ATTEMPTED|INCORRECT|CORRECT)\b")
 _LETTER = re.compile(r"\b([ABC])\b")
 
 
+def _one(labels: Iterable[str]) -> str | None:
+    """The grade a reply names, when it names exactly one (repeats count once); None when it names several."""
+    named = set(labels)
+    return named.pop() if len(named) == 1 else None
+
+
 def parse_simpleqa(reply: str) -> Verdict:
-    """A lone letter A/B/C; else the first grade word (CORRECT, INCORRECT, NOT_ATTEMPTED); else the first standalone
-    letter. simple-evals takes the first A, B or C anywhere (so its parser reads "INCORRECT" as C); a word is read
-    here as the word it is."""
+    """A lone letter A/B/C; else the grade word (CORRECT, INCORRECT, NOT_ATTEMPTED); else the standalone letter.
+    simple-evals takes the first A, B or C anywhere (so its parser reads "INCORRECT" as C); a word is read here as the
+    word it is. A reply naming more than one grade (a judge echoing the prompt's "A: CORRECT | B: INCORRECT") has no
+    grade: it is unparsed, never the first one it names."""
     text = reply.strip()
     if m := _LONE_LETTER.fullmatch(text):
-        label = _SIMPLEQA_LETTERS[m.group(1)]
-    elif m := _GRADE_WORD.search(text):
-        label = m.group(1).replace(" ", "_")
-    elif m := _LETTER.search(text):
-        label = _SIMPLEQA_LETTERS[m.group(1)]
+        label: str | None = _SIMPLEQA_LETTERS[m.group(1)]
+    elif words := _GRADE_WORD.findall(text):
+        label = _one(w.replace(" ", "_") for w in words)
+    elif letters := _LETTER.findall(text):
+        label = _one(_SIMPLEQA_LETTERS[letter] for letter in letters)
     else:
+        label = None
+    if label is None:
         return SIMPLEQA.unparsed()
     return Verdict(label, {JUDGE_CORRECT: float(label == "CORRECT"), "not_attempted": float(label == "NOT_ATTEMPTED")})
 
@@ -241,11 +251,11 @@ _CONFIDENCE = re.compile(r"\bconfidence\**\s*:\s*\**\s*(\d+(?:\.\d+)?)\s*%?", re
 
 
 def parse_browsecomp(reply: str) -> Verdict:
-    """`correct: yes|no` decides; `confidence: N%` becomes a 0-1 metric (capped at 100%, None when absent)."""
-    correct = _CORRECT.search(reply)
-    if correct is None:
+    """`correct: yes|no` decides (a reply saying both is unparsed); `confidence: N%` becomes a 0-1 metric (capped at
+    100%, None when absent)."""
+    label = _one(answer.lower() for answer in _CORRECT.findall(reply))
+    if label is None:
         return BROWSECOMP.unparsed()
-    label = correct.group(1).lower()
     confidence = _CONFIDENCE.search(reply)
     extracted = _EXTRACTED.search(reply)
     return Verdict(label, {

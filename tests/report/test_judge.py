@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from rollout.cli import main
-from rollout.report.judge_command import judge_run, settings_for
+from rollout.report.judge_command import judge_run, print_judging, settings_for
 from rollout.report.cli import build_parser
 from rollout.report.judge_store import read_verdicts, scores_path, verdicts_path
 from rollout.run_folder import TRAJECTORY_FILE
@@ -158,6 +159,22 @@ def test_an_unparseable_reply_is_flagged_with_none_metrics_and_its_reply_kept(se
     assert judging.agreement.no_verdict == 1 and judging.agreement.judged == 0  # not counted as the judge's "wrong"
     record = read_verdicts(verdicts_path(run, judging.settings.key))["q1", 0]
     assert record.unparsed and record.reply == "I would rather not say."
+
+
+def test_an_echoed_grade_list_is_unparsed_in_the_summary_also_when_kept_from_an_older_parser(server, tmp_path,
+                                                                                          capsys):
+    run = make_run(tmp_path, answers=[("q1", ["Ann"], "Bob", "ok")])
+    server.push(said("A: CORRECT | B: INCORRECT"))
+    judging = judge_run(run, settings(server, run))
+    assert judging.unparsed == 1 and scores(run)["q1"]["judge_correct"] is None
+    path = verdicts_path(run, judging.settings.key)  # as a parser that took the first grade kept it
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps({**stored, "label": "CORRECT", "metrics": {"judge_correct": 1.0,
+                                                                          "not_attempted": 0.0}}) + "\n")
+    again = judge_run(run, settings(server, run))
+    assert again.asked == 0 and again.unparsed == 1 and scores(run)["q1"]["judge_correct"] is None
+    print_judging(Console(width=200), again)
+    assert "no verdict: 1 replies could not be parsed" in capsys.readouterr().out
 
 
 def test_a_server_error_is_retried(server, tmp_path):

@@ -45,6 +45,21 @@ def test_simpleqa_replies(reply, label):
                                    "not_attempted": float(label == "NOT_ATTEMPTED")}
 
 
+@pytest.mark.parametrize("reply, label", [
+    ("A: CORRECT | B: INCORRECT", None), ("CORRECT ... INCORRECT", None), ("A ... B", None),
+    ("A: CORRECT\nB: INCORRECT\nC: NOT_ATTEMPTED", None), ("NOT ATTEMPTED, or INCORRECT", None),
+    ("A: CORRECT", "CORRECT"), ("CORRECT. The answer is CORRECT.", "CORRECT"), ("A, A", "CORRECT"),
+])
+def test_a_simpleqa_reply_naming_more_than_one_grade_is_unparsed(reply, label):
+    assert parse_simpleqa(reply).label == label
+
+
+def test_a_browsecomp_reply_saying_yes_and_no_is_unparsed():
+    verdict = parse_browsecomp("extracted_final_answer: Ann\ncorrect: yes\ncorrect: no\nconfidence: 90%")
+    assert not verdict.parsed and verdict.metrics == {"judge_correct": None, "confidence": None}
+    assert parse_browsecomp("correct: yes\n**correct:** Yes").label == "yes"
+
+
 @pytest.mark.parametrize("reply, correct, confidence, extracted", [
     ("extracted_final_answer: Ann\n\nreasoning: same.\n\ncorrect: yes\n\nconfidence: 85%", 1.0, 0.85, "Ann"),
     ("**extracted_final_answer:** Bob\n**reasoning:** differs\n**correct:** No\n**confidence**: 130", 0.0, 1.0, "Bob"),
