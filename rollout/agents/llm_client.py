@@ -31,6 +31,7 @@ except ImportError:  # only agent=openai needs it; ChatClient names the install 
     openai = None  # type: ignore[assignment]
 
 from rollout.agents.context_window import ContextBudget, is_context_overflow
+from rollout.agents.sampling_keys import SDK_PARAMS, TEXT_SDK_PARAMS, check_sampling_keys
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 
 logger = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ NO_KEY = "EMPTY"
 """Sent when the key's environment variable is unset: local servers (vLLM, SGLang, Ollama) need none."""
 
 _RETRYABLE_STATUS = frozenset({408, 429})
-_SDK_PARAMS = frozenset({
-    "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "presence_penalty",
-    "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "reasoning_effort", "n", "user",
-})
-"""Sampling keys the SDK takes by name; any other key in `llm.sampling` (e.g. vLLM's `top_k`,
-`repetition_penalty`, `chat_template_kwargs`) goes into the request body as is."""
-_TEXT_SDK_PARAMS = _SDK_PARAMS - {"max_completion_tokens", "top_logprobs", "reasoning_effort"}
-"""The same for `/completions`, whose SDK method takes fewer."""
 
 
 def plain(config: Any) -> Any:
@@ -92,6 +85,7 @@ class LLMSettings:
         sampling = c.get("sampling") or {}
         if not isinstance(prices, Mapping) or not isinstance(sampling, Mapping):
             raise ConfigError("llm.prices and llm.sampling must be mappings")
+        check_sampling_keys(sampling)
         try:
             settings = cls(
                 base_url=base_url.rstrip("/"),
@@ -263,7 +257,7 @@ class ChatClient:
         timeout = timeout_s or self.settings.timeout_s
         if self.budget is not None:
             self.budget.check(messages, tools, {**self.settings.sampling, **(sampling or {})})
-        kwargs = self._request({"messages": messages}, sampling, extra_body, timeout, _SDK_PARAMS)
+        kwargs = self._request({"messages": messages}, sampling, extra_body, timeout, SDK_PARAMS)
         self._add_tools(kwargs, tools, tool_choice, parallel_tool_calls)
         return await self._retrying(lambda: self._openai().chat.completions.create(**kwargs), self._parse,
                                     "/chat/completions", max_retries, timeout)
@@ -281,7 +275,7 @@ class ChatClient:
         timeout = timeout_s or self.settings.timeout_s
         if self.budget is not None:
             self.budget.check(prompt, None, {**self.settings.sampling, **(sampling or {})})
-        kwargs = self._request({"prompt": prompt}, sampling, None, timeout, _TEXT_SDK_PARAMS)
+        kwargs = self._request({"prompt": prompt}, sampling, None, timeout, TEXTSDK_PARAMS)
         return await self._retrying(lambda: self._openai().completions.create(**kwargs), self._parse_text,
                                     "/completions", max_retries, timeout)
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import InterpolationKeyError
 
+from rollout.agents.sampling_keys import check_sampling_keys
 from rollout.errors import ConfigError
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import parse_verbose
@@ -109,7 +111,13 @@ class RunConfig:
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
-        c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        try:
+            c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except InterpolationKeyError as e:
+            what = e.msg.splitlines()[0]
+            raise ConfigError(f"{what} (in {e.full_key}): interpolate a key the config has, e.g. ${{mode_name}} or "
+                              "${hydra:runtime.choices.mode} for the mode (python -m rollout --cfg job lists them)"
+                              ) from None
         assert isinstance(c, dict)
         try:
             ds, rt = c["dataset"], c["retriever"]
@@ -157,6 +165,8 @@ class RunConfig:
         if run.gateway.replicas > 1 and run.gateway.url:
             raise ConfigError("gateway.replicas applies to a gateway the run starts, and gateway.url names one "
                               "already running: drop one of the two")
+        for block in ("llm", "judge"):  # a misspelled sampling key is refused, not sent and ignored
+            check_sampling_keys((c.get(block) or {}).get("sampling"), f"{block}.sampling")
         run.judge_settings()  # a bad judge: block fails here, before the run
         return run
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, overload
@@ -66,6 +67,7 @@ def check_dataset_keys(d: Mapping[str, Any]) -> None:
         raise ConfigError(f"unknown dataset kind {kind!r}: use kind: demo or kind: files (see conf/dataset/)")
     unread = {key: leaves for key in d if key not in read and (leaves := _leaves(key, d[key]))}
     if not unread:
+        _check_source_keys(d)
         return
     keys = ", ".join(next(iter(unread.values())))
     reads = ", ".join(f"dataset.{k}" + (".*" if k in ("corpus", "questions") else "") for k in read[2:])
@@ -78,6 +80,27 @@ def check_dataset_keys(d: Mapping[str, Any]) -> None:
     raise ConfigError(f"{keys} is not read by a dataset of files (kind: files, which reads {reads}), so it would "
                       "change nothing; remove it (the built-in knowledge base, dataset=demo, has n_passages, "
                       "n_questions and seed)")
+
+
+SOURCE_SPECS = {"corpus": CorpusSpec, "questions": QuestionSpec}
+"""The spec each source section of a dataset of files is read into."""
+
+
+def _check_source_keys(d: Mapping[str, Any]) -> None:
+    """A `ConfigError` naming the key and the valid ones when `dataset.corpus` or `dataset.questions` sets a key its
+    spec does not have (`+dataset.corpus.colums.text=body`), rather than the spec's own TypeError."""
+    for section, spec in SOURCE_SPECS.items():
+        block = d.get(section)
+        if not isinstance(block, Mapping):
+            continue
+        valid = [f.name for f in fields(spec)]
+        for key, value in block.items():
+            if key in valid or value is None:
+                continue
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            fix = f"did you mean dataset.{section}.{close[0]}? Set that instead" if close else "remove it"
+            raise ConfigError(f"dataset.{section}.{key} is not a {section} setting, so nothing would read it; {fix} "
+                              f"(dataset.{section} reads {', '.join(valid)}; conf/dataset/files.yaml lists each)")
 
 
 def unread_dataset_override(args: Sequence[str]) -> str | None:

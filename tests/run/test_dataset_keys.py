@@ -44,3 +44,23 @@ def test_the_command_exits_2_with_one_line_before_starting_anything(tmp_path, ov
     assert "dataset=files" in done.stderr and "Traceback" not in done.stderr
     assert "+dataset.corpus.path" not in done.stderr and "Started Ray" not in done.stderr
     assert not (tmp_path / "out" / "trajectory.jsonl").exists()
+
+
+@pytest.mark.parametrize("override, key, valid, listed", [
+    ("+dataset.corpus.colums.text=body", "dataset.corpus.colums", "dataset.corpus.columns", "chunk_tokens"),
+    ("+dataset.corpus.pth=/data/notes", "dataset.corpus.pth", "dataset.corpus.path", "extensions"),
+    ("+dataset.questions.skip_bad=true", "dataset.questions.skip_bad", "dataset.questions.skip_bad_lines", "split"),
+])
+def test_a_misspelled_corpus_or_question_key_names_the_key_and_the_valid_ones(tmp_path, override, key, valid, listed):
+    with pytest.raises(ConfigError) as e:
+        compose_run_config("dataset=files", f"dataset.corpus.path={tmp_path}", f"dataset.questions.path={tmp_path}",
+                           override)
+    message = str(e.value)
+    assert f"{key} is not a" in message and f"did you mean {valid}?" in message and listed in message
+    assert "unexpected keyword argument" not in message and "\n" not in message
+
+
+def test_without_plus_a_misspelled_corpus_key_answers_instead_of_hydras_hint():
+    problem = unread_dataset_override(["dataset=files", "dataset.corpus.pth=/data/notes"])
+    assert problem is not None and "dataset.corpus.pth is not a corpus setting" in problem
+    assert "did you mean dataset.corpus.path?" in problem
