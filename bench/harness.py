@@ -146,7 +146,7 @@ def gateway_stop_s(n_sessions: int, cache_dir: Path) -> tuple[float, int]:
         with tempfile.TemporaryDirectory(prefix="rollout-bench-stop-") as tmp:
             gw = GatewayProcess(["--config", str(PROJECT_ROOT / "conf/gateways/rag_sparse_only.json"),
                                  "--cache-dir", str(cache_dir), "--output-dir", tmp, "--no-report",
-                                 "--log-level", "WARNING"])
+                                 "-q"])
             gw.launch()
             url = await asyncio.to_thread(gw.wait_ready)
             sessions = [McpSession(url, name=f"bench-{i}", reconnect_timeout_s=1.0) for i in range(n_sessions)]

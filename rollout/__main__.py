@@ -1,13 +1,15 @@
 """`python -m rollout mode=hybrid` — see conf/config.yaml for every option."""
 
+import sys
+
 from rollout.quick_exit import exit_with
 
 
 def _main() -> int:
     # Imported once the quick exit's handler is registered, so that Ray's own exit handler runs before it.
-    from rollout.run.app import main
+    from rollout.cli import run_experiment
 
-    return main()
+    return run_experiment(sys.argv[1:])
 
 
 # Guarded: a BM25 build's tokenizing workers (spawned) import this module again as __mp_main__.

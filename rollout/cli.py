@@ -20,10 +20,19 @@ from typing import NoReturn
 from rollout.quick_exit import exit_with
 
 
-def _run(argv: list[str], prog: str) -> int | None:
+def run_experiment(argv: list[str], prog: str | None = None) -> int:
+    """`python -m rollout ARGS` (and `rollout run ARGS`): the run's Hydra app, unless ARGS start with another
+    command's name, which Hydra would fail to read as an override (`subcommand_in`)."""
+    if problem := subcommand_in(argv, prog):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from rollout.run.app import main
 
     return main(argv, prog=prog)
+
+
+def _run(argv: list[str], prog: str) -> int | None:
+    return run_experiment(argv, prog)
 
 
 def _gateway(argv: list[str], prog: str) -> int | None:
@@ -110,6 +119,28 @@ SUBCOMMANDS = {
                    True, _build_index),
     )
 }
+
+
+_HYDRA_OPTIONS_WITH_VALUES = frozenset({"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
+                                        "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"})
+"""Hydra's options whose next argument is their value, not an override."""
+
+
+def subcommand_in(args: Sequence[str], prog: str | None = None) -> str | None:
+    """Why `args` cannot go to Hydra when their first word is a `rollout` subcommand (`python -m rollout gateway
+    --help`, which Hydra would fail to parse as an override with a traceback); None when it is not one."""
+    at = 0
+    while at < len(args) and args[at].startswith("-"):
+        at += 2 if args[at] in _HYDRA_OPTIONS_WITH_VALUES else 1
+    command = SUBCOMMANDS.get(args[at]) if at < len(args) else None
+    if command is None:
+        return None
+    rest = " ".join(args[at + 1:]) or "--help"
+    here = prog or "python -m rollout"
+    if command.name == "run":
+        return f"{here} runs an experiment already and takes KEY=VALUE overrides: drop `run` ({here} {rest})"
+    return (f"{command.name} is a command of its own, not an override of a run: use rollout {command.name} {rest} "
+            f"(or python -m {command.module} {rest})")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -290,8 +290,9 @@ def _short(path: Path) -> str:
     return str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
 
 
-def load_gateway_file(path: str | Path) -> GatewayFile:
-    """Read and validate a gateway file; every failure is a `ConfigError` that names the fix.
+def load_gateway_file(path: str | Path, option: str = "gateway_config_path=") -> GatewayFile:
+    """Read and validate a gateway file; every failure is a `ConfigError` that names the fix (`option`: how the
+    command at hand names the file, a run's override or the gateway's `--config`).
 
     Keys inside the modules are checked by `GatewayFile.check_served` when a gateway plans the file
     (`rollout.gateway.plan.plan_gateway`): which modules it serves depends on its tool registry. A run checks them
@@ -300,7 +301,7 @@ def load_gateway_file(path: str | Path) -> GatewayFile:
     path = Path(path)
     if not path.is_file():
         listing = ", ".join(available_gateway_files(path)) or "(none found)"
-        raise ConfigError(f"gateway file not found: {path}. Set gateway_config_path= to one of: {listing}")
+        raise ConfigError(f"gateway file not found: {path}. Set {option} to one of: {listing}")
     try:
         raw = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is not an error
     except json.JSONDecodeError as e:

@@ -72,8 +72,25 @@ def test_dataset_paths_are_required(tmp_path):
 
 
 def test_gateway_alone_rejects_missing_file(tmp_path, capsys):
+    (tmp_path / "mine.json").write_text("{}")
     assert exit_code(["gateway", "--config", str(tmp_path / "x.json")]) == 2
-    assert "gateway file not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "gateway file not found" in err and "Set --config to one of" in err and "gateway_config_path" not in err
+    listed = err.partition("one of: ")[2].strip().split(", ")
+    assert len(listed) == len(set(listed)) and str(tmp_path / "mine.json") in listed
+    assert "conf/gateways/rag_hybrid.json" in listed
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["gateway", "--help"], "use rollout gateway --help (or python -m rollout.gateway --help)"),
+    (["-v", "report", "compare", "a", "b"], "use rollout report compare a b (or python -m rollout.report compare a b)"),
+    (["run", "mode=sparse"], "drop `run` (python -m rollout mode=sparse)"),
+])
+def test_a_subcommand_after_python_m_rollout_names_the_command_to_type(argv, says, tmp_path):
+    r = rollout(*argv, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
+    assert says in r.stderr and not (tmp_path / "outputs").exists()
 
 
 def test_a_token_on_the_command_line_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):

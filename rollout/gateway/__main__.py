@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     if args.verl_tools is not None:
         return write_verl_tools(args)
     try:
-        gateway = load_gateway_file(args.config)
+        gateway = load_gateway_file(args.config, option="--config")
         plan = plan_gateway(gateway)
         sock = bind_socket(args.host, args.port)
         kb = load_knowledge_base(args, plan.requires)

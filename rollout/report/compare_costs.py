@@ -25,6 +25,7 @@ from matplotlib.axes import Axes
 
 from rollout.accounting import AGENT, STAGES
 from rollout.report.compare import Comparison, RunRow
+from rollout.report.compare_plot import panel_width, set_run_ticks, tick_label
 
 LLM, WAITING = "LLM", "waiting"
 """Names of the time panel's first and last parts; the tools' names come between."""
@@ -89,8 +90,7 @@ def draw_stack(ax: Axes, stack: Stack, *, ylabel: str, title: str, xlabel: str |
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     for i, (top, note) in enumerate(zip(bottoms, stack.notes, strict=True)):
         ax.annotate(note, (i, top), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
-    crowded = len(stack.runs) > 3
-    ax.set_xticks(range(len(stack.runs)), stack.runs, rotation=20 if crowded else 0, ha="right" if crowded else "center")
+    set_run_ticks(ax, [tick_label(run) for run in stack.runs])
     # Head room above the tallest bar for its note and the legend's lines.
     ax.set_ylim(0, max([*bottoms, 1e-9]) * (1.15 + 0.07 * len(stack.parts)))
     ax.set_ylabel(ylabel)
@@ -105,7 +105,7 @@ def draw_stack(ax: Axes, stack: Stack, *, ylabel: str, title: str, xlabel: str |
 def plot_costs(c: Comparison, path: Path | str) -> Path:
     """Draw both panels into `path` (PNG); returns the path."""
     path = Path(path)
-    width = max(4.5, 0.9 * len(c.rows) + 2.5)
+    width = panel_width([r.label for r in c.rows])
     fig, (time_ax, token_ax) = plt.subplots(1, 2, figsize=(2 * width, 4.8), layout="constrained")
     try:
         draw_stack(time_ax, time_stack(c), ylabel="seconds per task (mean over every task)",

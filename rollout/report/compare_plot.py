@@ -4,7 +4,9 @@ Panels, left to right: EM / F1 / contains-answer per mode as grouped bars, then 
 lie in [0, 1]; each mode's difference from the baseline in every metric both have (EM, F1, contains, recall, then
 the extra ones) with its paired bootstrap 95% CI (only when there is something to pair);
 tool calls per task stacked by tool. Drawn with matplotlib's Agg backend, so it works without a
-display (on a cluster node, inside a Hydra sweep).
+display (on a cluster node, inside a Hydra sweep). Run names (a mode and the overrides that tell the runs apart,
+~150 characters in a sweep over several axes) are wrapped at their commas and cut to a few lines (`tick_label`), so
+the panels keep their size; comparison.md has them whole.
 """
 
 from __future__ import annotations
@@ -28,13 +30,46 @@ BETTER, WORSE, UNCLEAR = "#2E7D32", "#C62828", "#616161"
 """CI above zero, below zero, or across it."""
 
 
+TICK_WIDTH = 24
+"""Characters per line of a run's name under its bars."""
+TICK_LINES = 3
+"""Lines of a run's name at most; a longer one ends in "…"."""
+
+
+def tick_label(label: str, width: int = TICK_WIDTH, lines: int = TICK_LINES) -> str:
+    """`label` on lines of at most `width` characters, broken after its commas (a run's overrides) or, in a part
+    longer than a line, anywhere; cut to `lines` lines ending in "…" when longer."""
+    parts = label.split(",")
+    chunks = [chunk for part in [*(p + "," for p in parts[:-1]), parts[-1]]
+              for chunk in (part[i:i + width] for i in range(0, len(part), width))]
+    out: list[str] = []
+    for chunk in chunks:
+        if out and len(out[-1]) + len(chunk) <= width:
+            out[-1] += chunk
+        else:
+            out.append(chunk)
+    if len(out) > lines:
+        out = [*out[:lines - 1], out[lines - 1][:width - 1] + "…"]
+    return "\n".join(out)
+
+
 def _mode_ticks(c: Comparison) -> list[str]:
-    return [f"{r.label}\n(baseline)" if r.label == c.baseline and c.pairs else r.label for r in c.rows]
+    return [tick_label(r.label) + ("\n(baseline)" if r.label == c.baseline and c.pairs else "") for r in c.rows]
 
 
 def _set_mode_ticks(ax: Axes, c: Comparison) -> None:
-    crowded = len(c.rows) > 3
-    ax.set_xticks(range(len(c.rows)), _mode_ticks(c), rotation=20 if crowded else 0, ha="right" if crowded else "center")
+    set_run_ticks(ax, _mode_ticks(c))
+
+
+def set_run_ticks(ax: Axes, ticks: list[str]) -> None:
+    """The runs' names (already `tick_label`-ed) under their bars, upright: `panel_width` gives each its room."""
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
+
+
+def panel_width(labels: list[str]) -> float:
+    """Inches of a panel with a bar group per run, wide enough for the longest line of their `tick_label`s."""
+    longest = max((len(line) for label in labels for line in tick_label(label).splitlines()), default=0)
+    return max(4.5, len(labels) * max(0.9, 0.07 * longest + 0.2) + 1.5)
 
 
 def _bar_metrics(c: Comparison) -> list[str]:
@@ -82,12 +117,14 @@ def _diff_panel(ax: Axes, c: Comparison) -> None:
                         xytext=(4, 0), textcoords="offset points", va="center", fontsize=6, color=color)
             bound = max(bound, abs(d.ci_low), abs(d.ci_high))
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(ys, [f"{p.label}\nn={p.shared} · {p.wrong_to_right} W→R · {p.right_to_wrong} R→W" for p in pairs],
+    ax.set_yticks(ys, [f"{tick_label(p.label)}\nn={p.shared} · {p.wrong_to_right} W→R · {p.right_to_wrong} R→W"
+                       for p in pairs],
                   fontsize=8)
     ax.set_ylim(-0.6, len(pairs) - 0.4)
     ax.set_xlim(-bound * 1.3, bound * 2.2)  # room on the right for the labels
-    ax.set_xlabel(f"metric − metric of {c.baseline} (paired by question, {100 * CI_LEVEL:.0f}% bootstrap CI)")
-    ax.set_title(f"differences vs {c.baseline}")
+    ax.set_xlabel(f"metric − metric of {tick_label(c.baseline, 40, 1)} (paired by question, "
+                  f"{100 * CI_LEVEL:.0f}% bootstrap CI)")
+    ax.set_title(f"differences vs {tick_label(c.baseline, 40, 1)}")
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -117,12 +154,12 @@ def plot_comparison(c: Comparison, path: Path | str) -> Path:
     path = Path(path)
     with_diff = any(d.diff is not None for p in c.pairs for d in p.metrics.values())
     panels = [_metrics_panel, *([_diff_panel] if with_diff else []), _tools_panel]
-    width = max(4.5, 0.9 * len(c.rows) + 2.5)
+    width = panel_width([r.label for r in c.rows])
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.8), layout="constrained")
     try:
         for draw, ax in zip(panels, axes, strict=True):
             draw(ax, c)
-        fig.suptitle(f"{len(c.rows)} runs · baseline {c.baseline}")
+        fig.suptitle(f"{len(c.rows)} runs · baseline {tick_label(c.baseline, 80, 1)}")
         fig.savefig(path, dpi=120)
     finally:
         plt.close(fig)

@@ -28,6 +28,7 @@ from rollout.paths import CONF_DIR
 from rollout.run.config import RunConfig
 from rollout.run.dataset import unread_dataset_override
 from rollout.run.driver import run
+from rollout.run.interpolations import unknown_interpolation
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
 from rollout.run.ray_session import ray_for_the_sweep
 from rollout.run.refused import holds_nothing, holds_only_the_log, remove_refused_folder
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         print(f"error: {key}= on the command line would be written to multirun.yaml and Hydra's logs; "
               f"export {TOKEN_ENV}=<token> instead (or pass {key}='${{oc.env:YOUR_VARIABLE}}')", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if problem := unread_dataset_override(args):
+    if problem := unknown_interpolation(args) or unread_dataset_override(args):
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     jobs: list[JobEnd] = []

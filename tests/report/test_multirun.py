@@ -92,3 +92,40 @@ def test_a_sweep_whose_runs_have_accounting_gets_the_costs_figure_and_columns(tm
     md = (tmp_path / COMPARISON_MD).read_text()
     assert "context vs dense" in md and "; context tokens per task -40%" in md
     assert f"]({COMPARISON_COSTS_PNG})" in md and (tmp_path / COMPARISON_COSTS_PNG).stat().st_size > 0
+
+
+def test_a_refused_sweep_leaves_multirun_yaml_as_it_found_it(tmp_path):
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_OK, JobEnd
+
+    def sweep(codes: list[int], sweep_dir):
+        callback = CompareOnMultirunEnd()
+        callback.on_multirun_start(sweep_config(sweep_dir))
+        (sweep_dir / "multirun.yaml").parent.mkdir(parents=True, exist_ok=True)
+        (sweep_dir / "multirun.yaml").write_text("new sweep\n")  # as Hydra's sweeper writes it before the jobs
+        for code in codes:
+            callback.on_job_end(OmegaConf.create({}), JobReturn(status=JobStatus.COMPLETED, _return_value=JobEnd(code)))
+        callback.on_multirun_end(sweep_config(sweep_dir))
+
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "multirun.yaml").write_text("earlier sweep\n")
+    sweep([EXIT_BAD_INPUT, EXIT_BAD_INPUT], earlier)
+    assert (earlier / "multirun.yaml").read_text() == "earlier sweep\n"
+    sweep([EXIT_BAD_INPUT, EXIT_OK], earlier)  # a sweep that ran a job is described by its own
+    assert (earlier / "multirun.yaml").read_text() == "new sweep\n"
+    sweep([EXIT_BAD_INPUT], tmp_path / "none" / "before")
+    assert not (tmp_path / "none" / "before").exists()
+
+
+def test_a_refused_sweep_from_the_command_line_keeps_the_earlier_multirun_yaml(tmp_path):
+    from tests.run.test_exit_status import python_m_rollout
+
+    sweep_dir = tmp_path / "results" / "demo"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "multirun.yaml").write_text("earlier sweep\n")
+    done = python_m_rollout("-m", "mode=sparse,dense", f"gateway_config_path={tmp_path / 'nope.json'}", cwd=tmp_path)
+    assert done.returncode == 2 and "gateway file not found" in done.stderr and "Traceback" not in done.stderr
+    assert (sweep_dir / "multirun.yaml").read_text() == "earlier sweep\n"
+    assert sorted(p.name for p in sweep_dir.iterdir()) == ["multirun.yaml"]
