@@ -275,7 +275,7 @@ class ChatClient:
         timeout = timeout_s or self.settings.timeout_s
         if self.budget is not None:
             self.budget.check(prompt, None, {**self.settings.sampling, **(sampling or {})})
-        kwargs = self._request({"prompt": prompt}, sampling, None, timeout, TEXTSDK_PARAMS)
+        kwargs = self._request({"prompt": prompt}, sampling, None, timeout, TEXT_SDK_PARAMS)
         return await self._retrying(lambda: self._openai().completions.create(**kwargs), self._parse_text,
                                     "/completions", max_retries, timeout)
 

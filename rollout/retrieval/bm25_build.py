@@ -168,8 +168,10 @@ def build_bm25s_files(passages: Sequence[Passage], params: SparseParams, out: Pa
         _write_vocab_and_params(out, vocab, params, len(doc_len))
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    logger.info("BM25 over %d passages: %d tokens, tokenized in %.1f s, scored in %.1f s (%d worker(s))",
-                len(doc_len), len(vocab), tokenized - started, time.perf_counter() - tokenized, workers)
+    # Where a large build's minutes went is worth the console; a small one's is routine.
+    logger.log(logging.INFO if len(doc_len) >= POOL_MIN_PASSAGES else logging.DEBUG,
+               "BM25 over %d passages: %d tokens, tokenized in %.1f s, scored in %.1f s (%d worker(s))",
+               len(doc_len), len(vocab), tokenized - started, time.perf_counter() - tokenized, workers)
     return len(vocab)
 
 

@@ -53,6 +53,10 @@ class Mutant:
     cost only a benchmark sees); printed under the table, and its survival does not fail the run."""
 
 
+BM25_BUILD = "rollout/retrieval/bm25_build.py"
+BM25_BUILD_TESTS = ("tests/retrieval/test_bm25_build.py",)
+STORE = "rollout/data/corpus_store.py"
+STORE_TESTS = ("tests/data/test_corpus_store.py",)
 STATS = "rollout/gateway/stats.py"
 SCORING = "rollout/report/scoring.py"
 METRICS = "rollout/report/metrics.py"
@@ -173,6 +177,14 @@ MUTANTS: tuple[Mutant, ...] = (
            RETRIEVE_TESTS),
     Mutant("retrieve-first-query-ids-for-all", RETRIEVE, "[passages[row].id for row, _ in ranked[i]]",
            "[passages[row].id for row, _ in ranked[0]]", RETRIEVE_TESTS),
+    Mutant("bm25-build-tf-without-k1-plus-one", BM25_BUILD, "((tf * (k1 + 1)) /", "((tf * k1) /", BM25_BUILD_TESTS),
+    Mutant("bm25-build-unstable-columns", BM25_BUILD, 'np.argsort(terms, kind="stable")', "np.argsort(terms)",
+           BM25_BUILD_TESTS),
+    Mutant("bm25-build-chunk-vocab-out-of-order", BM25_BUILD, "to_global = np.fromiter((vocab.setdefault(t, len(vocab)) "
+           "for t in chunk.vocab)", "to_global = np.fromiter((vocab.setdefault(t, len(vocab)) for t in "
+           "sorted(chunk.vocab))", BM25_BUILD_TESTS),
+    Mutant("store-hash-collision-unchecked", STORE, "if value_of(row) == value]", "]", STORE_TESTS),
+    Mutant("store-repeated-id-accepted", STORE, "    _check_unique_ids(path)\n", "\n", STORE_TESTS),
 )
 
 
