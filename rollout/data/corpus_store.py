@@ -161,7 +161,8 @@ class _ColumnReader:
         return out
 
     def __del__(self) -> None:
-        os.close(self._fd)
+        if getattr(self, "_fd", None) is not None:  # not when __init__ failed before opening the file
+            os.close(self._fd)
 
 
 class DocRows(Mapping[str, tuple[int, ...]]):
