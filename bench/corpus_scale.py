@@ -168,19 +168,25 @@ load_or_build_indexes(passages, cache, which=["sparse"])
 """
 
 
-def build(checkout: Path, corpus: Path, cache: Path) -> dict[str, float]:
+def measured_build(what: str, command: list[str], **popen: object) -> dict[str, float]:
+    """Run a build command to its end: wall and CPU seconds (its whole tree) and its tree's peak memory."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(corpus), str(cache)], cwd=checkout, env=env_for(checkout))
+    proc = subprocess.Popen(command, **popen)
     peak = Peak()
     watcher = peak.watch(proc.pid)
     _, code, usage = os.wait4(proc.pid, 0)
     peak.stop.set()
     watcher.join()
     if code:
-        raise SystemExit(f"the build in {checkout} failed (status {code})")
-    size = sum(p.stat().st_size for p in cache.glob("sparse-*/*") if p.is_file())
+        raise SystemExit(f"{what} failed (status {code})")
     return {"build_s": time.perf_counter() - started, "build_cpu_s": usage.ru_utime + usage.ru_stime,
-            "build_anon": peak.anon, "build_rss": peak.rss, "index_bytes": size}
+            "build_anon": peak.anon, "build_rss": peak.rss}
+
+
+def build(checkout: Path, corpus: Path, cache: Path) -> dict[str, float]:
+    row = measured_build(f"the build in {checkout}", [sys.executable, "-c", BUILD, str(corpus), str(cache)],
+                         cwd=checkout, env=env_for(checkout))
+    return row | {"index_bytes": sum(p.stat().st_size for p in cache.glob("sparse-*/*") if p.is_file())}
 
 
 @dataclass
@@ -358,19 +364,10 @@ def pyserini_row(n: int, corpus: Path, qs: list[str]) -> dict[str, float]:
     try:
         (folder / "input").mkdir()
         (folder / "input" / corpus.name).symlink_to(corpus)
-        started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", LUCENE_BUILD, str(folder / "input"), str(folder / "index"),
-                                 str(os.cpu_count() or 1)], stdout=subprocess.DEVNULL)
-        peak = Peak()
-        watcher = peak.watch(proc.pid)
-        _, code, usage = os.wait4(proc.pid, 0)
-        peak.stop.set()
-        watcher.join()
-        if code:
-            raise SystemExit(f"the Lucene build failed (status {code})")
-        row = {"build_s": time.perf_counter() - started, "build_cpu_s": usage.ru_utime + usage.ru_stime,
-               "build_anon": peak.anon, "build_rss": peak.rss,
-               "index_bytes": sum(f.stat().st_size for f in (folder / "index").iterdir())}
+        row = measured_build("the Lucene build", [sys.executable, "-c", LUCENE_BUILD, str(folder / "input"),
+                                                  str(folder / "index"), str(os.cpu_count() or 1)],
+                             stdout=subprocess.DEVNULL)
+        row["index_bytes"] = sum(f.stat().st_size for f in (folder / "index").iterdir())
         (folder / "queries.json").write_text(json.dumps(qs))
         done = subprocess.run([sys.executable, "-c", LUCENE_SEARCH, str(folder / "index"), str(folder / "queries.json")],
                               capture_output=True, text=True, check=True)
