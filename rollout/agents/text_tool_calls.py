@@ -10,13 +10,18 @@ text. Taken as the answer it would be scored as one, so the formats served model
   several joined by `;`), or in a ```json fence;
 - Mistral: `[TOOL_CALLS] [{"name": ..., "arguments": {...}}]`, or `[TOOL_CALLS]name[ARGS]{...}`;
 - `<function=name>{...}</function>` (Llama 3.1's custom tools) and `<function=name><parameter=key>value</parameter>
-  </function>` (Qwen3-Coder's XML).
+  </function>` (Qwen3-Coder's XML);
+- llama-cpp-python's `--chat_format chatml-function-calling`: `functions.name:\n{...}` (one after another), the syntax
+  of that server's own prompt, which a model writes as text on a turn sent with `tool_choice="none"`.
 
 A call counts only when it names a tool that was offered: a JSON answer that happens to have a `name` is not a call.
+Text with HTML entities (`&#34;` or `&quot;` for quotes, as llama-cpp-python's server returns it) is read unescaped
+when the text as it is holds no call.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Collection
@@ -33,6 +38,7 @@ _MISTRAL = re.compile(r"\[TOOL_CALLS\]\s*(.*)$", re.DOTALL)
 _MISTRAL_ARGS = re.compile(r"([\w.\-]+)(?:\[CALL_ID\][\w\-]*)?\[ARGS\]")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _PYTHON_TAG = "<|python_tag|>"
+_FUNCTIONS = re.compile(r"(?:^|(?<=\s))functions\.([\w.\-]+):[ \t]*\n?\s*")
 
 
 SERVER_PARSERS = {
@@ -41,7 +47,8 @@ SERVER_PARSERS = {
     "mistral": ("mistral", "mistral"),
     "function": ("qwen3_coder", "qwen3_coder"),
 }
-"""Per format, the tool parser that reads it: vLLM's `--tool-call-parser` name, then SGLang's."""
+"""Per format, the tool parser that reads it: vLLM's `--tool-call-parser` name, then SGLang's. The `functions`
+format is llama-cpp-python's own, which only that server reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +58,7 @@ class TextToolCall:
     name: str
     arguments: dict[str, Any]
     format: str
-    """Which format it was written in: hermes, llama3_json, mistral or function."""
+    """Which format it was written in: hermes, llama3_json, mistral, function or functions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,23 +165,51 @@ def _llama3_json(text: str, offered: Collection[str]) -> TextToolCalls | None:
     return TextToolCalls(calls, "") if calls else None
 
 
-def find_text_tool_calls(text: str | None, offered: Collection[str]) -> TextToolCalls | None:
-    """The tool calls naming an `offered` tool that `text` was written as, in the first format that finds any; None
-    when it holds none."""
-    if not text or not offered:
-        return None
-    for parse in (_hermes, _mistral, _function, _llama3_json):
+def _functions(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    """llama-cpp-python's `functions.name:` followed by the arguments' JSON object, one call after another."""
+    calls, kept, end = [], [], 0
+    for match in _FUNCTIONS.finditer(text):
+        if match.start() < end or match.group(1) not in offered:
+            continue
+        try:
+            arguments, after = _DECODER.raw_decode(text, match.end())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(arguments, dict):
+            calls.append(TextToolCall(match.group(1), arguments, "functions"))
+            kept.append(text[end:match.start()])
+            end = after
+    return TextToolCalls(calls, "".join(kept + [text[end:]]).strip()) if calls else None
+
+
+def _find(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    for parse in (_hermes, _mistral, _function, _functions, _llama3_json):
         if (found := parse(text, offered)) is not None:
             return found
     return None
 
 
+def find_text_tool_calls(text: str | None, offered: Collection[str]) -> TextToolCalls | None:
+    """The tool calls naming an `offered` tool that `text` was written as, in the first format that finds any (in
+    the text unescaped when it has HTML entities and holds none as it is); None when it holds none."""
+    if not text or not offered:
+        return None
+    found = _find(text, offered)
+    if found is None and "&" in text and (unescaped := html.unescape(text)) != text:
+        found = _find(unescaped, offered)
+    return found
+
+
 def no_parser_message(found: TextToolCalls, reply: str) -> str:
     """The one line a run stops with when the server returned tool calls as text: which flag to set, and the reply
     that showed it."""
-    vllm, sglang = SERVER_PARSERS[found.calls[0].format]
     shown = " ".join(reply.split())
     shown = shown if len(shown) <= 160 else shown[:157] + "..."
+    if found.calls[0].format == "functions":
+        return (f"the LLM server returned a tool call as text in llama-cpp-python's chatml-function-calling syntax "
+                f"(functions.NAME:) instead of tool_calls: serve the model with llama.cpp's llama-server --jinja, or "
+                f"set agent.text_tool_calls=parse to parse them here. The reply: {shown!r}")
+    vllm, sglang = SERVER_PARSERS[found.calls[0].format]
     return (f"the LLM server returned a tool call as text instead of tool_calls, so it has no tool parser: start "
             f"vLLM with --enable-auto-tool-choice --tool-call-parser {vllm}, SGLang with --tool-call-parser {sglang}, "
             f"llama.cpp's server with --jinja; or set agent.text_tool_calls=parse to parse them here. "

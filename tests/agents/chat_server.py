@@ -181,13 +181,15 @@ def overflow(server: str = "vllm") -> Reply:
 
 
 def written_call(name: str, arguments: dict[str, Any], fmt: str = "hermes") -> str:
-    """A tool call as a model writes it in its chat format, which a server without a tool parser returns as text."""
+    """A tool call as a model writes it in its chat format, which a server without a tool parser returns as text;
+    `functions` is llama-cpp-python's chatml-function-calling syntax, HTML-escaped as that server returns it."""
     args = json.dumps(arguments)
     return {
         "hermes": f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>',
         "llama3_json": f'{{"name": "{name}", "parameters": {args}}}',
         "mistral": f'[TOOL_CALLS] [{{"name": "{name}", "arguments": {args}}}]',
         "function": f"<function={name}>{args}</function>",
+        "functions": f"functions.{name}:\n{args.replace(chr(34), '&#34;')}",
     }[fmt]
 
 

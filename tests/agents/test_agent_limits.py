@@ -3,7 +3,8 @@
 A conversation past the model's context window is the agent's outcome (out of context, the server's words kept),
 whichever server refused it and in whichever body; a tool call a server returns as text means it has no tool
 parser (the run stops naming the flag, or the call is parsed with `text_tool_calls="parse"`); a last reply that only
-calls a tool is no answer.
+calls a tool is no answer, in whatever syntax it wrote the call (llama-cpp-python's own `functions.NAME:`, HTML-escaped,
+included).
 """
 
 from __future__ import annotations
@@ -171,6 +172,59 @@ def test_text_that_merely_looks_like_a_call_is_not_one():
     assert found is not None and found.calls[0].arguments == {"query": "Arlen Voss", "top_k": 3} and found.rest == ""
     v11 = f'[TOOL_CALLS]{SPARSE}[ARGS]{{"query": "y"}}'
     assert find_text_tool_calls(v11, {SPARSE}).calls[0].arguments == {"query": "y"}
+
+
+LLAMA_CPP_CALL = ("functions.query_knowledge_base_dense:\n"
+                  "{ &#34;query&#34;: &#34;who founded veltrix&#34;, &#34;top_k&#34;: 5}")
+"""A final reply of SmolLM2-135M-Instruct served by llama-cpp-python 0.3.36 with `--chat_format
+chatml-function-calling` on a turn sent with `tool_choice: none` (issue 34): that server's prompt syntax,
+HTML-escaped."""
+
+
+@pytest.mark.parametrize("quote", ["&#34;", "&quot;", '"'])
+def test_llama_cpp_pythons_own_call_syntax_is_a_call_escaped_or_not(quote):
+    found = find_text_tool_calls(LLAMA_CPP_CALL.replace("&#34;", quote), {DENSE, SPARSE})
+    assert found is not None and found.rest == ""
+    assert [(c.name, c.arguments, c.format) for c in found.calls] == [
+        (DENSE, {"query": "who founded veltrix", "top_k": 5}, "functions")]
+    calls = [written_call(name, {"query": q}, "functions") for name, q in ((DENSE, "a"), (SPARSE, "b"))]
+    two = "\n".join(["Let me search.", *calls])
+    found = find_text_tool_calls(two, {DENSE, SPARSE})
+    assert [c.name for c in found.calls] == [DENSE, SPARSE] and found.rest == "Let me search."
+    assert find_text_tool_calls(LLAMA_CPP_CALL, {SPARSE}) is None  # a tool not offered
+    assert find_text_tool_calls("Use functions.query_knowledge_base_dense: it searches.", {DENSE}) is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("quote", ["&#34;", "&quot;"])
+def test_a_call_with_entity_escaped_quotes_is_a_call_in_every_format(fmt, quote):
+    escaped = written_call(SPARSE, {"query": "Arlen Voss"}, fmt).replace('"', quote)
+    found = find_text_tool_calls(escaped, {SPARSE})
+    assert found is not None and [(c.name, c.arguments) for c in found.calls] == [(SPARSE, {"query": "Arlen Voss"})]
+    assert find_text_tool_calls("Tom &amp; Jerry &#34;Kelmor&#34;", {SPARSE}) is None
+
+
+@pytest.mark.parametrize("max_turns", [1, 2])
+async def test_a_final_reply_in_llama_cpp_pythons_call_syntax_is_never_the_answer(chat, make_tools, max_turns):
+    chat.push(*[tool_calls((DENSE, {"query": "veltrix"}))] * (max_turns - 1), answer(LLAMA_CPP_CALL))
+    events = EventLog("t")
+    result = await make_agent(chat.base_url, max_turns=max_turns).run(QUESTION, make_tools(DENSE), events)
+    assert result.out_of_turns and result.prediction == ""
+    assert chat.chat_requests[-1]["tool_choice"] == "none"
+    last = [e for e in events.events if isinstance(e, LLMOutputEvent)][-1]
+    assert last.content is None and last.tool_calls == []
+
+
+async def test_llama_cpp_pythons_call_syntax_before_the_last_turn_follows_text_tool_calls(chat, make_tools):
+    chat.push(answer(LLAMA_CPP_CALL))
+    with pytest.raises(ServerSetupError, match=r"chatml-function-calling.*llama-server --jinja.*text_tool_calls=parse"):
+        await make_agent(chat.base_url).run(QUESTION, make_tools(DENSE), EventLog("t"))
+    chat.reset()
+    chat.push(answer(LLAMA_CPP_CALL), answer("Answer: Mara Quell"))
+    tools = make_tools(DENSE)
+    result = await OpenAIAgent(llm(chat.base_url), max_turns=3, text_tool_calls="parse").run(QUESTION, tools,
+                                                                                             EventLog("t"))
+    assert tools.calls == [(DENSE, {"query": "who founded veltrix", "top_k": 5})] and result.prediction == "Mara Quell"
 
 
 def spec(name: str) -> dict[str, Any]:
