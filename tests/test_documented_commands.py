@@ -67,8 +67,10 @@ class Documented:
 
 
 def parse_command(where: str, text: str) -> Documented:
-    """`python -m MODULE ARGS` or `rollout COMMAND ARGS`, as the shell splits it (comments dropped)."""
+    """`python -m MODULE ARGS` or `rollout COMMAND ARGS`, as the shell splits it (comments and a trailing `&`, which
+    puts it in the background, dropped)."""
     words = shlex.split(text, comments=True)
+    words = words[:-1] if words[-1:] == ["&"] else words
     if words[:2] == ["python", "-m"]:
         command = BY_MODULE.get(words[2])
         assert command is not None, f"{where}: python -m {words[2]} has no rollout command: {text}"

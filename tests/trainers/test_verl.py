@@ -33,7 +33,7 @@ from rollout.trainers.verl_config import TOOL_CLASS, GatewayToolConfig, verl_too
 from tests.conftest import gateway_on_loopback
 from tests.doc_pages import DOCS_DIR, split_page
 from tests.report.judge_server import judge_server
-from tests.trainers.trainer_venvs import trainer_python
+from tests.trainers.trainer_venvs import PACKAGES, trainer_python
 
 HYBRID = GATEWAYS_DIR / "rag_hybrid.json"
 DENSE, SPARSE = "query_knowledge_base_dense", "query_knowledge_base_sparse"
@@ -148,6 +148,24 @@ def test_gateway_tool_config_is_checked_and_names_the_gateway_file():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed here")
+def test_the_docs_export_the_token_verl_reads_and_install_rollout_into_verls_environment():
+    """A token set for the gateway's command alone never reaches verl's workers (issue 34): each block that trains
+    exports it once, before the gateway it starts; and the verl section installs rollout into verl's environment with
+    what verl's agent loop imports beside it."""
+    _, blocks = split_page((DOCS_DIR / "trainers.md").read_text(encoding="utf-8"))
+    lines = [[line.strip() for _, line in block.lines] for block in blocks if block.info == "bash"]
+    assert not [line for block in lines for line in block if line.startswith("ROLLOUT_GATEWAY_TOKEN=")]
+    training = [block for block in lines if any(line.startswith("python -m verl.") for line in block)
+                and any(line.startswith("rollout gateway") for line in block)]
+    assert len(training) == 2
+    for block in training:
+        gateway = next(n for n, line in enumerate(block) if line.startswith("rollout gateway"))
+        assert "export ROLLOUT_GATEWAY_TOKEN=$(openssl rand -hex 16)" in block[:gateway]
+        assert block[gateway].endswith("&")  # in the background: the same shell trains, with the token
+    installs = [shlex.split(line, comments=True) for block in lines for line in block if line.startswith("pip install")]
+    assert ["pip", "install", "-e", ".", *PACKAGES["verl"][1:]] in installs
+
+
 def test_the_verl_tool_without_verl_names_its_install_line():
     with pytest.raises(ImportError, match=r"needs verl: pip install verl==0\.9\.1"):
         import rollout.trainers.verl  # noqa: F401
