@@ -70,8 +70,9 @@ def score_folder(run_dir: Path | str, cfg: ScoringConfig, facts: RunFacts, *,
                             meta={"source": USER_SCORES, "scorers": list(cfg.scorers)})
         logger.info("Scored with %s into %s", ", ".join(cfg.scorers), path)
     summary = summarize(
-        # Messages kept: the final one states the answer's confidence (calibration).
-        (r for r in iter_trajectory(run_dir, keep=("messages",)) if asked is None or asked(r.key)),
+        # Messages kept: the final one states the answer's confidence (calibration); events: each request's prompt
+        # tokens, against what the tools returned (`rollout.report.tool_reach`).
+        (r for r in iter_trajectory(run_dir, keep=("messages", "events")) if asked is None or asked(r.key)),
         mode=cfg.mode, gateway_file=cfg.gateway_file, wall_time_s=facts.wall_time_s, complete=facts.complete,
         score_failed=cfg.score_failed, deterministic_agent=facts.deterministic_agent,
         degraded_tools=facts.degraded_tools, tools_offered=facts.tools_offered, extra=read_scores(run_dir),

@@ -50,6 +50,7 @@ from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
 from rollout.report.calibration import CalibrationTally, calibration_line, correctness_metric, task_confidence
 from rollout.report.costs import AccountingTally
+from rollout.report.tool_reach import ToolReachTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
@@ -172,11 +173,13 @@ class _Tally:
         self.tokens = ExactSum()
         self.cost = ExactSum()
         self.accounting = AccountingTally()
+        self.tool_reach = ToolReachTally()
 
     def add(self, r: TaskResult) -> None:
         row = score_task(r, score_failed=self.score_failed, extra=self.extra)
         self.n += 1
         self.accounting.add(r)
+        self.tool_reach.add(r)
         self.statuses[r.status] += 1
         self.truncated += row["truncated"]
         self.out_of_turns += row["out_of_turns"]
@@ -307,6 +310,8 @@ def _warnings(tally: _Tally, tools_offered: int | None) -> list[str]:
                         "message (agent.answer_tag) and are scored as the answer \"\", as the training reward scores "
                         "them 0: read one with `rollout view RUN --wrong`; the model may not follow the system "
                         "prompt's request for the tag")
+    if (unseen := tally.tool_reach.warning()) is not None:
+        warnings.append(unseen)
     if tools_offered and tally.n and not tally.call_count:
         warnings.append(f"the run offered {tools_offered} tools and no task made a single tool call: the LLM server "
                         "may not pass the tools to the model (llama.cpp's server needs --jinja; vLLM "

@@ -201,7 +201,7 @@ class ChatServer:
 
     Two settings make the default policy behave as served models do: `context_chars`, a context window (in
     characters of the request's messages and tools) past which a request is refused with `overflow_server`'s
-    refusal; `text_tool_calls`, a format in which tool calls come back as text, as from a server without a tool
+    refusal, and within which a reply's usage counts the request's prompt (4 characters a token); `text_tool_calls`, a format in which tool calls come back as text, as from a server without a tool
     parser (vLLM without `--tool-call-parser`).
     """
 
@@ -248,6 +248,10 @@ class ChatServer:
         if self.context_chars is not None and len(seen) > self.context_chars:
             return overflow(self.overflow_server)
         reply = default_reply(body)
+        if self.context_chars is not None and isinstance(reply.body, dict):
+            # A served model's usage counts its prompt (here about 4 characters a token): tool results sent back
+            # make the next request's prompt larger, as they do for a model that sees them.
+            reply.body["usage"] = usage(prompt=len(seen) // 4)
         calls = reply.body["choices"][0]["message"].get("tool_calls") if isinstance(reply.body, dict) else None
         if calls and self.text_tool_calls:  # no tool parser: the call comes back as the model wrote it
             function = calls[0]["function"]
