@@ -230,10 +230,9 @@ def serve(gw: Gateway, qs: list[str], path: str) -> dict[str, float]:
     return out
 
 
-def shared_pages(a: Gateway, b: Gateway) -> int:
-    """Bytes of the second gateway's resident memory shared with other processes (the first among them)."""
-    del a
-    with open(f"/proc/{b.proc.pid}/smaps_rollup", encoding="ascii") as f:
+def shared_pages(gw: Gateway) -> int:
+    """Bytes of a gateway's resident memory shared with other processes (another gateway over its cache among them)."""
+    with open(f"/proc/{gw.proc.pid}/smaps_rollup", encoding="ascii") as f:
         fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.strip().endswith("kB")}
     return fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0)
 
@@ -249,7 +248,7 @@ def sparse_rows(checkout: Path, n: int, corpus: Path, qs: list[str], two: bool) 
                 second = start_gateway(checkout, corpus, cache, "conf/gateways/rag_sparse_only.json")
                 try:
                     serve(second, qs[:50], "/retrieve/sparse")
-                    row["shared"] = shared_pages(gw, second)
+                    row["shared"] = shared_pages(second)
                     row["second_rss"] = tree_memory(second.proc.pid)[1]
                 finally:
                     second.close()

@@ -4,7 +4,7 @@
 million passages. This writes the same files `bm25s.BM25.save` writes, with the same numbers, holding a bounded
 share of the corpus at a time:
 
-1. **Tokenize** the corpus in chunks of about `memory_mb / (workers + 1) / 16` MB of text (tokens take about
+1. **Tokenize** the corpus in chunks of about `build_memory_mb / (workers + 1) / 16` MB of text (tokens take about
    16 times their text as Python objects). Over a corpus store the chunks go to `workers` processes, each mapping
    the store itself; a chunk comes back as its own vocabulary (first-seen order), each passage's length and each
    passage's distinct terms with their counts (in the order bm25s counts them). The driver merges the
@@ -45,8 +45,6 @@ from rollout.retrieval.tokenizer import tokenize_batch
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BUILD_MEMORY_MB = 2048
-"""`retriever.sparse.build_memory_mb`: what a BM25 build may hold, the driver and its tokenizing workers together."""
 TOKENS_PER_TEXT_BYTE = 16
 """Python bytes a chunk's tokens take per byte of its text (str objects, lists, counters): the chunk size divisor."""
 POOL_MIN_PASSAGES = 200_000
@@ -132,7 +130,7 @@ def local_tokenizer(workers: int) -> ChunkTokenizer:
 
 
 def build_bm25s_files(passages: Sequence[Passage], params: SparseParams, out: Path, *,
-                      memory_mb: int = DEFAULT_BUILD_MEMORY_MB, workers: int | None = None,
+                      workers: int | None = None,
                       tokenizer: ChunkTokenizer | None = None) -> int:
     """Write bm25s' index files for `passages` into directory `out`; the number of distinct tokens. The chunks are
     tokenized by `tokenizer`, by default on `workers` processes (every core).
@@ -148,7 +146,7 @@ def build_bm25s_files(passages: Sequence[Passage], params: SparseParams, out: Pa
         vocab: dict[str, int] = {}
         df = np.zeros(0, dtype=np.int64)
         lengths: list[np.ndarray] = []
-        bounds = chunk_bounds(passages, memory_mb * 1024 * 1024 // (workers + 1) // TOKENS_PER_TEXT_BYTE)
+        bounds = chunk_bounds(passages, params.build_memory_mb * 1024 * 1024 // (workers + 1) // TOKENS_PER_TEXT_BYTE)
         for i, chunk in enumerate((tokenizer or local_tokenizer(workers))(passages, bounds, params)):
             to_global = np.fromiter((vocab.setdefault(t, len(vocab)) for t in chunk.vocab), dtype=np.int32,
                                     count=len(chunk.vocab))

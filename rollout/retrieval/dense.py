@@ -142,7 +142,7 @@ class DenseRetriever:
         else:
             index = faiss.IndexFlatIP(dimension)
             index.add(vectors)
-        return cls(index, encoder, **_search_settings(params))
+        return cls(index, encoder, **search_settings(params))
 
     @classmethod
     def from_existing_index(
@@ -180,7 +180,7 @@ class DenseRetriever:
                 f"{encoder.dimension}-d ones (for {corpus}); set retriever.dense.encoder (and its query_prefix) "
                 "to the model that built the index, e.g. intfloat/e5-base-v2 with 'query: '"
             )
-        retriever = cls(index, encoder, **_search_settings(params))
+        retriever = cls(index, encoder, **search_settings(params))
         logger.debug("serving existing %s index %s", type(faiss.downcast_index(index)).__name__, index_path)
         return retriever
 
@@ -320,10 +320,10 @@ class DenseRetriever:
                 f"dense index at {path} holds {index.ntotal} {index.d}-d vectors, its {_META} says "
                 f"{meta.get('num_passages')} {meta.get('dimension')}-d ones; delete it and rebuild"
             )
-        return cls(index, encoder, **_search_settings(params))
+        return cls(index, encoder, **search_settings(params))
 
 
-def _search_settings(params: DenseParams) -> dict[str, Any]:
+def search_settings(params: DenseParams) -> dict[str, Any]:
     """The constructor's search-time settings: what a loaded or built index searches with."""
     return {"ef_search": params.ef_search, "nprobe": params.ivf_nprobe, "batching": _batching(params)}
 

@@ -29,7 +29,7 @@ import numpy as np
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.bm25_build import ChunkTokenizer, TokenizedChunk, tokenize_store_rows
-from rollout.retrieval.dense import DenseRetriever, _search_settings
+from rollout.retrieval.dense import DenseRetriever, search_settings
 from rollout.retrieval.dense_ivf import new_ivf, sample_rows, train_ivf
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.params import DenseParams, SparseParams
@@ -136,7 +136,7 @@ def assemble_dense(files: Sequence[Path], encoder: TextEncoder, params: DensePar
         index = faiss.IndexFlatIP(d)
     for shard in shards:
         index.add(np.ascontiguousarray(shard))
-    return DenseRetriever(index, encoder, **_search_settings(params))
+    return DenseRetriever(index, encoder, **search_settings(params))
 
 
 def build_dense_on_ray(passages: Sequence[Passage], encoder: TextEncoder, params: DenseParams, cache_dir: Path,

@@ -93,8 +93,7 @@ class BM25Retriever:
             return retriever
         if len(passages) == 0:
             raise RetrievalError("cannot build a BM25 index over an empty corpus; pass at least one passage")
-        terms = build_bm25s_files(passages, params, Path(path), memory_mb=params.build_memory_mb, workers=workers,
-                                  tokenizer=tokenizer)
+        terms = build_bm25s_files(passages, params, Path(path), workers=workers, tokenizer=tokenizer)
         if terms == 0:
             raise RetrievalError(
                 "every passage tokenized to nothing (only stopwords or punctuation); "
