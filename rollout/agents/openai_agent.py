@@ -253,7 +253,9 @@ class OpenAIAgent:
             return []
         if self.text_tool_calls == "refuse":
             raise ServerSetupError(no_parser_message(written, reply.content or ""))
-        return [ToolCallRequest(id=f"call_{uuid.uuid4().hex[:12]}_{i}", name=c.name, arguments=json.dumps(c.arguments))
+        # A call cut at the token limit goes to the model as written: its arguments are no JSON, and it reads why.
+        return [ToolCallRequest(id=f"call_{uuid.uuid4().hex[:12]}_{i}", name=c.name,
+                                arguments=json.dumps(c.arguments) if c.cut is None else c.cut)
                 for i, c in enumerate(written.calls)]
 
     @staticmethod

@@ -38,7 +38,9 @@ _MISTRAL = re.compile(r"\[TOOL_CALLS\]\s*(.*)$", re.DOTALL)
 _MISTRAL_ARGS = re.compile(r"([\w.\-]+)(?:\[CALL_ID\][\w\-]*)?\[ARGS\]")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _PYTHON_TAG = "<|python_tag|>"
-_FUNCTIONS = re.compile(r"(?:^|(?<=\s))functions\.([\w.\-]+):[ \t]*\n?\s*")
+_NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"([\w.\-]+)"')
+_FUNCTIONS = re.compile(r"(?:^|(?<=\s))functions?\.([\w.\-]+):[ \t]*\n?\s*")
+"""`functions.name:` as that server's prompt writes it, and `function.name:`, as a small model copies it."""
 
 
 SERVER_PARSERS = {
@@ -59,6 +61,9 @@ class TextToolCall:
     arguments: dict[str, Any]
     format: str
     """Which format it was written in: hermes, llama3_json, mistral, function or functions."""
+    cut: str | None = None
+    """The arguments as written when they end before their JSON does (a reply cut at the token limit): the call is
+    no answer, and the model reads that its arguments were cut; `arguments` is then {}."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +111,31 @@ def _hermes(text: str, offered: Collection[str]) -> TextToolCalls | None:
     calls, rest = [], text
     for match in _HERMES.finditer(text):
         found = _calls(_json_values(match.group(1)), offered, "hermes")
+        if not found and not match.group(0).rstrip().endswith("</tool_call>"):
+            found = _cut_call(match.group(1), offered, "hermes")
         if found:
             calls += found
             rest = rest.replace(match.group(0), "")
     return TextToolCalls(calls, rest.strip()) if calls else None
+
+
+def _ends_inside(body: str, error_at: int, error: str) -> bool:
+    """Whether `body`, a JSON object that does not parse, is one cut short: it opens an object and the text ends
+    inside it (the parser ran out of text, or of a string)."""
+    return body.lstrip().startswith("{") and (error_at >= len(body.rstrip()) or error.startswith("Unterminated string"))
+
+
+def _cut_call(body: str, offered: Collection[str], fmt: str) -> list[TextToolCall]:
+    """A Hermes-style `{"name": ..., "arguments": ...` cut short, naming an offered tool: one cut call, else []."""
+    name = _NAME.search(body)
+    if name is None or name.group(1) not in offered:
+        return []
+    try:
+        _DECODER.raw_decode(body.strip())
+    except json.JSONDecodeError as e:
+        if _ends_inside(body.strip(), e.pos, e.msg):
+            return [TextToolCall(name.group(1), {}, fmt, cut=body.strip())]
+    return []
 
 
 def _function(text: str, offered: Collection[str]) -> TextToolCalls | None:
@@ -173,7 +199,11 @@ def _functions(text: str, offered: Collection[str]) -> TextToolCalls | None:
             continue
         try:
             arguments, after = _DECODER.raw_decode(text, match.end())
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as e:
+            if _ends_inside(text[match.end():], e.pos - match.end(), e.msg):
+                calls.append(TextToolCall(match.group(1), {}, "functions", cut=text[match.end():].strip()))
+                kept.append(text[end:match.start()])
+                end = len(text)
             continue
         if isinstance(arguments, dict):
             calls.append(TextToolCall(match.group(1), arguments, "functions"))

@@ -195,6 +195,41 @@ def test_llama_cpp_pythons_own_call_syntax_is_a_call_escaped_or_not(quote):
     assert find_text_tool_calls("Use functions.query_knowledge_base_dense: it searches.", {DENSE}) is None
 
 
+SMOLLM2_CUT_CALL = ("function.query_knowledge_base_sparse:\n"
+                    "{&#34;query&#34;: &#34;Bota Kaiba&#34;, &#34;top_k&")
+"""What SmolLM2-135M-Instruct wrote on a turn sent with `tool_choice: none` by llama-cpp-python's chatml-function-calling
+(tests/llm_server/test_smollm2.py): `function.` for `functions.`, and cut at `max_tokens` inside the arguments."""
+
+
+def test_a_call_written_as_function_dot_or_cut_short_is_still_a_call():
+    whole = SMOLLM2_CUT_CALL.replace("&#34;top_k&", "&#34;top_k&#34;: 5}")
+    found = find_text_tool_calls(whole, {SPARSE})
+    assert [(c.name, c.arguments, c.cut) for c in found.calls] == [(SPARSE, {"query": "Bota Kaiba", "top_k": 5}, None)]
+    cut = find_text_tool_calls(SMOLLM2_CUT_CALL, {SPARSE})
+    assert [(c.name, c.arguments, c.cut) for c in cut.calls] == [(SPARSE, {}, '{"query": "Bota Kaiba", "top_k&')]
+    assert cut.rest == ""
+    hermes = find_text_tool_calls('<tool_call>{"name": "%s", "arguments": {"query": "Bo' % SPARSE, {SPARSE})
+    assert hermes.calls[0].cut == '{"name": "%s", "arguments": {"query": "Bo' % SPARSE
+    # Not calls: a tool not offered, a closed block that is no JSON, prose that names the syntax.
+    assert find_text_tool_calls(SMOLLM2_CUT_CALL, {DENSE}) is None
+    assert find_text_tool_calls('<tool_call>{"name": "%s", "arguments": {"q": }</tool_call>' % SPARSE, {SPARSE}) is None
+    assert find_text_tool_calls("See myfunction.query_knowledge_base_sparse: {1, 2}", {SPARSE}) is None
+
+
+async def test_a_final_reply_that_is_a_cut_call_is_no_answer_and_earlier_the_model_reads_the_cut(chat, make_tools):
+    chat.push(answer(SMOLLM2_CUT_CALL))
+    result = await make_agent(chat.base_url, max_turns=1).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+    assert result.out_of_turns and result.prediction == ""
+    chat.reset()
+    chat.push(answer(SMOLLM2_CUT_CALL, finish_reason="length"), answer("Answer: Mara Quell"))
+    tools = make_tools(SPARSE)
+    result = await OpenAIAgent(llm(chat.base_url), max_turns=3, text_tool_calls="parse").run(QUESTION, tools,
+                                                                                             EventLog("t"))
+    assert tools.calls == [] and result.prediction == "Mara Quell"
+    [tool_message] = [m for m in chat.chat_requests[-1]["messages"] if m["role"] == "tool"]
+    assert "not valid JSON" in tool_message["content"] and "cut at the token limit" in tool_message["content"]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("quote", ["&#34;", "&quot;"])
 def test_a_call_with_entity_escaped_quotes_is_a_call_in_every_format(fmt, quote):
