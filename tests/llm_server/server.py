@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -52,9 +52,12 @@ def no_llama(problem: LlamaMissing, environ: Mapping[str, str] = os.environ) -> 
     pytest.skip(str(problem))
 
 
-def server_command(model: Path, n_ctx: int, port: int, chat_format: str = CHAT_FORMAT) -> list[str]:
-    """The command line that serves `model` with an `n_ctx`-token window on 127.0.0.1:`port`, on one thread."""
-    return [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL_ALIAS,
+def server_command(model: Path, n_ctx: int, port: int, chat_format: str = CHAT_FORMAT, *, alias: str = MODEL_ALIAS,
+                   module: str = "llama_cpp.server") -> list[str]:
+    """The command line that serves `model` under `alias` with an `n_ctx`-token window on 127.0.0.1:`port`, on one
+    thread. `module`: llama-cpp-python's server, or `tests.llm_server.serve` (the same server with llama.cpp's extra
+    weight layouts off, which a quantized model needs on some AMX machines)."""
+    return [sys.executable, "-m", module, "--model", str(model), "--model_alias", alias,
             "--n_ctx", str(n_ctx), "--chat_format", chat_format, "--n_threads", "1", "--n_threads_batch", "1",
             "--host", "127.0.0.1", "--port", str(port)]
 
@@ -63,17 +66,25 @@ def server_command(model: Path, n_ctx: int, port: int, chat_format: str = CHAT_F
 def llama_server(model: Path, n_ctx: int, log_path: Path, chat_format: str = CHAT_FORMAT) -> Iterator[str]:
     """Serve `model` while inside; yield its API root (`http://127.0.0.1:PORT/v1`) once `/v1/models` answers. Its
     output goes to `log_path`; it is stopped on leaving."""
+    with served(lambda port: server_command(model, n_ctx, port, chat_format), log_path) as base_url:
+        yield base_url
+
+
+@contextlib.contextmanager
+def served(command: Callable[[int], list[str]], log_path: Path) -> Iterator[str]:
+    """Run `command(port)`, a server on 127.0.0.1:port, while inside; yield its API root once `/v1/models` answers.
+    Its output goes to `log_path`; it is stopped on leaving."""
     with bind_socket("127.0.0.1", 0) as sock:  # a free port, released for the server to bind
         port = sock.getsockname()[1]
     base_url = f"http://127.0.0.1:{port}/v1"
+    argv = command(port)
     with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen(server_command(model, n_ctx, port, chat_format), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120  # a limit on waiting, not a claim about speed
         while not _answers(f"{base_url}/models"):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama_cpp.server did not start (exit {proc.poll()}): "
+                raise RuntimeError(f"{Path(argv[0]).name} {' '.join(argv[1:3])} did not start (exit {proc.poll()}): "
                                    f"{log_path.read_text(encoding='utf-8')[-2000:]}")
             time.sleep(0.2)
         yield base_url

@@ -7,6 +7,8 @@ the source distribution of the installed llama-cpp-python (else `LLAMA_CPP_VERSI
 download --no-binary :all:`, which pip's own HTTP cache serves from disk after one download — takes out those two
 files and keeps them under the rollout cache (`$ROLLOUT_CACHE_DIR`, else ~/.cache/rollout), in a folder named by
 the version. Later sessions find them there and fetch nothing.
+
+    python -m tests.llm_server.sources      # fetches them the first time, prints the template's path
 """
 
 from __future__ import annotations
@@ -65,19 +67,30 @@ def llama_sources(cache: Path | None = None, version: str | None = None) -> Llam
 def _fetch(version: str, sources: LlamaSources) -> None:
     """Download the source distribution into a temporary folder and move the two files out of it."""
     with tempfile.TemporaryDirectory(prefix="llama-sdist-") as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                   f"llama-cpp-python=={version}", "-d", tmp]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        archives = list(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
-        if done.returncode != 0 or not archives:
-            raise RuntimeError(f"could not download llama-cpp-python {version}'s source distribution "
-                               f"({' '.join(command[1:])}): {done.stderr.strip()[-1000:]}")
-        with tarfile.open(archives[0]) as archive:
-            root = archive.getnames()[0].split("/")[0]
+        archive = download_sdist(version, Path(tmp))
+        with tarfile.open(archive) as tar:
+            root = tar.getnames()[0].split("/")[0]
             for member, target in ((VOCAB, sources.vocab), (TEMPLATE, sources.template)):
-                data = archive.extractfile(f"{root}/{member}")
+                data = tar.extractfile(f"{root}/{member}")
                 if data is None:
-                    raise RuntimeError(f"{archives[0].name} has no file {member}")
+                    raise RuntimeError(f"{archive.name} has no file {member}")
                 aside = target.with_name(f".{target.name}.{os.getpid()}")
                 aside.write_bytes(data.read())
                 os.replace(aside, target)
+
+
+def download_sdist(version: str, folder: Path) -> Path:
+    """llama-cpp-python `version`'s source distribution, downloaded into `folder` (pip's HTTP cache serves it from
+    disk after one download)."""
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+               f"llama-cpp-python=={version}", "-d", str(folder)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    archives = list(folder.glob("llama_cpp_python-*.tar.gz"))
+    if done.returncode != 0 or not archives:
+        raise RuntimeError(f"could not download llama-cpp-python {version}'s source distribution "
+                           f"({' '.join(command[1:])}): {done.stderr.strip()[-1000:]}")
+    return archives[0]
+
+
+if __name__ == "__main__":
+    print(llama_sources().template)
