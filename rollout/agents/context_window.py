@@ -55,10 +55,48 @@ vocabularies averages about 4 characters a token), plus `MESSAGE_OVERHEAD_TOKENS
 MESSAGE_OVERHEAD_TOKENS = 4
 """Tokens a chat template adds around each message (role markers and separators), counted either way."""
 
-FIX = ("give the model a larger context (vLLM --max-model-len, SGLang --context-length, llama.cpp --ctx-size) or "
-       "keep conversations shorter: a smaller agent.max_turns, agent.top_k / gateway.default_top_k, or "
-       "llm.sampling.max_tokens")
+LARGER_CONTEXT = "give the model a larger context (vLLM --max-model-len, SGLang --context-length, llama.cpp --ctx-size)"
+FIX = (f"{LARGER_CONTEXT} or keep conversations shorter: a smaller agent.max_turns, agent.top_k / "
+       "gateway.default_top_k, or llm.sampling.max_tokens")
 """What to change when tasks end out of context, in the run's console line."""
+OWN_OUTPUT_FIX = (f"cap the model's replies with a smaller llm.sampling.max_tokens (e.g. 512; a model that writes "
+                  f"until its window is full stops there instead), or {LARGER_CONTEXT}")
+"""What to change when the model's own output filled its context (`rollout.report.context_overflow`): its replies,
+not the tools' results, grew the conversation, or its completion budget took the room."""
+
+_WINDOW_TEXTS = re.compile("|".join((
+    r"maximum context length is (\d+)",  # vLLM, OpenAI, llama-cpp-python
+    r"maximum model length of (\d+)",  # vLLM v1
+    r"model's context length \((\d+) tokens\)",  # SGLang
+    r"available context size \((\d+) tokens\)",  # llama.cpp's server
+    r"`max_new_tokens` must be <= (\d+)",  # TGI
+    r"llm\.context_window=(\d+)",  # ContextBudget's own
+)), re.IGNORECASE)
+_BUDGET_TEXTS = (
+    # vLLM's old body, llama-cpp-python: "(1623 in the messages, 1024 in the completion)"
+    re.compile(r"(?P<prompt>\d+) in the messages, (?P<completion>\d+) in the completion"),
+    # vLLM: "'max_tokens' or 'max_completion_tokens' is too large: 1024. ... your request has 1000 input tokens"
+    re.compile(r"too large: (?P<completion>\d+)\..*?request has (?P<prompt>\d+) input tokens", re.DOTALL),
+    # TGI: "Given: 1623 `inputs` tokens and 1024 `max_new_tokens`"
+    re.compile(r"Given: (?P<prompt>\d+) `inputs` tokens and (?P<completion>\d+) `max_new_tokens`"),
+    # ContextBudget's own: "(1400 in the prompt, estimated ...; 1024 for the completion)"
+    re.compile(r"\((?P<prompt>\d+) in the prompt, [^;]*; (?P<completion>\d+) for the completion\)"),
+)
+
+
+def window_in(message: str | None) -> int | None:
+    """The context window (tokens) a refusal names, when its text names one (`stop_message`)."""
+    found = _WINDOW_TEXTS.search(message or "")
+    return None if found is None else int(next(g for g in found.groups() if g is not None))
+
+
+def budget_in(message: str | None) -> tuple[int, int] | None:
+    """The prompt's and the completion's tokens a refusal names, when its text splits the request so (vLLM,
+    llama-cpp-python, TGI and `ContextBudget` do)."""
+    for pattern in _BUDGET_TEXTS:
+        if found := pattern.search(message or ""):
+            return int(found["prompt"]), int(found["completion"])
+    return None
 
 
 def is_context_overflow(status: int, body: Any) -> bool:

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from rollout.agents.context_window import budget_in
 from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, plain
-from rollout.errors import ConfigError, LLMError
+from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 from rollout.records import TaskKey, TaskResult
 from rollout.report.judge_presets import JUDGE_CORRECT, JudgePreset, Verdict, get_preset
 
@@ -36,8 +37,28 @@ FIRST_REQUEST_RETRIES = 2
 """The first request checks the endpoint: a dead one fails the judging in seconds, not after every task's retries."""
 
 CONFIG_NAMES = {"model": "judge.model=NAME", "base_url": "judge.base_url=URL", "preset": "judge.preset",
-                "concurrency": "judge.concurrency=N"}
-"""How the judge's settings are named in a run's config (the CLI passes its own option names)."""
+                "concurrency": "judge.concurrency=N", "block": "judge"}
+"""How the judge's settings are named in a run's config (the CLI and the trainers' reward pass their own names). A
+setting not named here is named `<block>.<setting>`, as in the `llm:` block the agents' client names."""
+_CLIENT_SETTINGS = re.compile(r"\bllm\.((?:base_url|model|api_key_env|timeout_s|max_retries|sampling|prices|"
+                              r"context_window)(?:\.\w+)?)(?:=([^\s,;:)]+))?")
+"""A setting of the `llm:` block as the agents' client names it in its messages (`llm.base_url=URL`)."""
+
+
+def named_as(message: str, names: Mapping[str, str]) -> str:
+    """`message`, which names the agents' `llm.` settings (the judge's client is theirs), with each setting named as
+    the place the judge came from names it (`names`: `--base-url URL` on the command line, `judge.base_url=URL` in a
+    run's config), keeping the value the message gives (`llm.max_retries=2` is `--max-retries 2`)."""
+
+    def name(found: re.Match[str]) -> str:
+        setting, value = found[1], found[2]
+        option = names.get(setting) or f"{names.get('block', 'judge')}.{setting}"
+        if value is None:
+            return option
+        stem = re.split(r"[= ]", option, maxsplit=1)[0]
+        return f"{stem} {value}" if stem.startswith("--") else f"{stem}={value}"
+
+    return _CLIENT_SETTINGS.sub(name, message)
 
 
 class JudgeError(LLMError):
@@ -51,6 +72,9 @@ class JudgeSettings:
     llm: LLMSettings
     preset: JudgePreset
     concurrency: int = DEFAULT_CONCURRENCY
+    names: Mapping[str, str] = field(default_factory=lambda: CONFIG_NAMES, compare=False, repr=False)
+    """How the place the judge came from names its settings (`CONFIG_NAMES`, the CLI's options, the reward's keys):
+    the advice of its errors names these."""
 
     @classmethod
     def from_config(cls, block: Mapping[str, Any] | Any, names: Mapping[str, str] = CONFIG_NAMES) -> JudgeSettings:
@@ -73,8 +97,8 @@ class JudgeSettings:
         try:
             llm = LLMSettings.from_config(c, agent="judge")
         except ConfigError as e:
-            raise ConfigError(str(e).replace("llm.", "judge.")) from None
-        return cls(llm, get_preset(str(c.get("preset") or "simpleqa"), names["preset"]), concurrency)
+            raise ConfigError(named_as(str(e), names)) from None
+        return cls(llm, get_preset(str(c.get("preset") or "simpleqa"), names["preset"]), concurrency, names)
 
     def identity(self) -> dict[str, Any]:
         """What makes two judgings the same judge: verdicts are shared between judgings with equal identities."""
@@ -177,6 +201,22 @@ def needs_asking(task: TaskResult, cached: JudgeRecord | None, preset: JudgePres
             or cached.prediction_sha256 != prediction_hash(judged_text(task, preset)))
 
 
+def unanswered(e: LLMError, settings: JudgeSettings) -> str:
+    """Why the judge could not answer `e`'s request, and the fix, named as the judge's place names its settings. A
+    prompt longer than the judge model's context is no dead server: the server answered, refusing it."""
+    s, names = settings.llm, settings.names
+    said = named_as(str(e), names)
+    if isinstance(e, ContextWindowExceeded):
+        budget = budget_in(str(e))
+        room = (f", or leave its reply less room ({named_as('llm.sampling.max_tokens', names)})"
+                if budget is not None and budget[1] else "")
+        return (f"the judge prompt is too long for the context of the judge model {s.model} at {s.base_url} ({said}): "
+                f"judge with a model of a longer context ({names['model']}), or serve this one with a larger context "
+                f"(llama.cpp's server -c N, vLLM --max-model-len N, SGLang --context-length N){room}")
+    return (f"the judge (model {s.model} at {s.base_url}) cannot be asked: {said}. Start the judge's server there, or "
+            f"point the judge at one ({names['base_url']} {names['model']})")
+
+
 class Judge:
     """Asks one judge about many answers, `concurrency` at a time, through one `ChatClient`."""
 
@@ -208,10 +248,7 @@ class Judge:
             try:
                 first = await self.ask(tasks[0], max_retries=min(FIRST_REQUEST_RETRIES, self.settings.llm.max_retries))
             except LLMError as e:
-                s = self.settings.llm
-                raise JudgeError(f"the judge (model {s.model} at {s.base_url}) cannot be asked: {e}. Start the judge's "
-                                 "server there, or point the judge at one (--base-url URL --model NAME; "
-                                 "judge.base_url / judge.model in a run's config)") from e
+                raise JudgeError(unanswered(e, self.settings)) from e
             on_record(first)
             queue: asyncio.Queue[TaskResult] = asyncio.Queue()
             for task in tasks[1:]:

@@ -36,8 +36,7 @@ from rollout.report.judge_agreement import Agreement, Disagreement, agreement
 from rollout.report.judge_presets import PRESETS
 from rollout.report.judge_store import (
     JudgeUsage,
-    append_verdict,
-    open_verdicts,
+    VerdictsFile,
     read_verdicts,
     verdicts_path,
     write_description,
@@ -57,7 +56,12 @@ DEFAULT_SAMPLING = {"temperature": 0.0, "max_tokens": 2048}
 
 
 CLI_NAMES = {"model": "--model NAME", "base_url": "--base-url URL", "preset": "--preset",
-             "concurrency": "--concurrency N"}
+             "concurrency": "--concurrency N", "api_key_env": "--api-key-env", "timeout_s": "--timeout-s",
+             "max_retries": "--max-retries", "sampling": "--temperature / --max-tokens",
+             "sampling.max_tokens": "--max-tokens",
+             "prices": "--price-prompt / --price-completion", "block": "judge"}
+"""The command's options, by the judge setting each replaces; a setting no option names comes from the run's own
+`judge:` block, and is named there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +108,11 @@ def judge_run(run_dir: Path, settings: JudgeSettings) -> RunJudging:
     wall_s = 0.0
     if to_ask:
         logger.info("Judging %d answers of %s with %s", len(to_ask), run_dir, settings.key)
-        with open_verdicts(run_dir, settings.key) as file:
+        with VerdictsFile(run_dir, settings.key) as file:
 
             def keep(record: JudgeRecord) -> None:
                 verdicts[record.key] = record
-                append_verdict(file, record)
+                file.append(record)
 
             wall_s = judge_sync(Judge(settings), to_ask, keep)
     rows = [{"id": t.id, "repeat": t.repeat, "metrics": _task_metrics(t, verdicts, settings)} for t in scored]

@@ -59,16 +59,32 @@ def read_verdicts(path: Path) -> dict[TaskKey, JudgeRecord]:
     return verdicts
 
 
-def open_verdicts(run_dir: Path, key: str) -> IO[str]:
-    """The judge's verdicts file, open for appending."""
-    path = verdicts_path(run_dir, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("a", encoding="utf-8")
+class VerdictsFile:
+    """The judge's verdicts file, appended to verdict by verdict and made by the first: a judging that fails before
+    any verdict (a dead judge) leaves no empty file in the run folder, and one that fails later keeps the verdicts it
+    got, which are real."""
 
+    def __init__(self, run_dir: Path, key: str) -> None:
+        self.path = verdicts_path(run_dir, key)
+        self._file: IO[str] | None = None
 
-def append_verdict(file: IO[str], record: JudgeRecord) -> None:
-    file.write(json.dumps(record.to_json()) + "\n")
-    file.flush()
+    def append(self, record: JudgeRecord) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(json.dumps(record.to_json()) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> VerdictsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from rollout.errors import NotARunFolderError, ReportError
 from rollout.records import TaskKey
 from rollout.report.extra_scores import read_scores, write_scores
 from rollout.report.scoring import is_scored, summarize
+from rollout.report.unfinished import UnfinishedCalls
 from rollout.report.user_scorers import USER_SCORES, load_scorers, score_records
 from rollout.run_folder import (
     CONFIG_FILE,
@@ -43,18 +44,24 @@ class RunFacts:
     deterministic_agent: bool | None = None
     degraded_tools: dict[str, str] = field(default_factory=dict)
     tools_offered: int | None = None
+    started_at: float | None = None
+    """Unix time the run started: an interrupted run (`complete` False) counts the tool calls its unfinished tasks
+    made from the gateway's ledger lines since then (`rollout.report.unfinished`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScoringConfig:
-    """The scoring settings of a run (config.yaml's `mode_name`, `gateway_config_path`, `score_failed`, `repeats`
-    and `scoring:` block)."""
+    """The scoring settings of a run (config.yaml's `mode_name`, `gateway_config_path`, `score_failed`, `repeats`,
+    `scoring:` block and `agent.max_turns`)."""
 
     mode: str
     gateway_file: str
     score_failed: bool = False
     scorers: tuple[str, ...] = ()
     """`scoring.scorers`: the user's own scorers, `package.module:function`."""
+    max_turns: int | None = None
+    """`agent.max_turns`: with 1 the agent had no turn for tools, so a run without tool calls says that, not that the
+    server withheld them (None when the agent has no such setting)."""
 
 
 def score_folder(run_dir: Path | str, cfg: ScoringConfig, facts: RunFacts, *,
@@ -69,14 +76,19 @@ def score_folder(run_dir: Path | str, cfg: ScoringConfig, facts: RunFacts, *,
         path = write_scores(run_dir, USER_SCORES, score_records(scorers, records),
                             meta={"source": USER_SCORES, "scorers": list(cfg.scorers)})
         logger.info("Scored with %s into %s", ", ".join(cfg.scorers), path)
+    # After Ctrl-C the unfinished tasks' calls are in the gateway's ledger alone.
+    interrupted = not facts.complete and facts.started_at is not None
+    unfinished = UnfinishedCalls.since(run_dir, facts.started_at) if interrupted else None
     summary = summarize(
         # Messages kept: the final one states the answer's confidence (calibration); events: each request's prompt
-        # tokens, against what the tools returned (`rollout.report.tool_reach`).
+        # tokens, against what the tools returned (`rollout.report.tool_reach`), and its timings
+        # (`rollout.report.endpoint`).
         (r for r in iter_trajectory(run_dir, keep=("messages", "events")) if asked is None or asked(r.key)),
         mode=cfg.mode, gateway_file=cfg.gateway_file, wall_time_s=facts.wall_time_s, complete=facts.complete,
         score_failed=cfg.score_failed, deterministic_agent=facts.deterministic_agent,
         degraded_tools=facts.degraded_tools, tools_offered=facts.tools_offered, extra=read_scores(run_dir),
-        scorers=cfg.scorers,
+        scorers=cfg.scorers, max_turns=cfg.max_turns,
+        unfinished=unfinished,
     )
     write_summary(run_dir, summary)
     return summary
@@ -101,6 +113,7 @@ def rescore(run_dir: Path | str, *, scorers: Sequence[str] | None = None) -> Run
         mode=str(config.get("mode_name") or run_dir.name), gateway_file=str(config.get("gateway_config_path", "")),
         score_failed=bool(config.get("score_failed", False)),
         scorers=tuple(map(str, configured if scorers is None else scorers)),
+        max_turns=(config.get("agent") or {}).get("max_turns"),
     )
     earlier = read_summary(run_dir)
     facts = RunFacts() if earlier is None else RunFacts(

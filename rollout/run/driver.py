@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from envs.http_mcp_rag_env import keep_rag_modules
+from rollout.agents.llm_trouble import watch_llm_trouble
 from rollout.console import ReadableConsole
 from rollout.data import is_source_folder
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
@@ -249,6 +250,8 @@ class Timeline:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
+        self.started_at = time.time()
+        """The start as Unix time, the clock the gateway's ledger lines are stamped with."""
         self.marks: dict[str, float] = {}
 
     def mark(self, step: str) -> None:
@@ -298,10 +301,10 @@ def _score_and_print(cfg: RunConfig, out: Path, agent: object, timeline: Timelin
     # tasks this run no longer asks.
     summary = score_folder(
         out, ScoringConfig(mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
-                           score_failed=cfg.score_failed, scorers=cfg.scorers),
+                           score_failed=cfg.score_failed, scorers=cfg.scorers, max_turns=cfg.agent.get("max_turns")),
         RunFacts(wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
                  deterministic_agent=getattr(agent, "deterministic", None), degraded_tools=degraded_tools,
-                 tools_offered=len(tool_specs)),
+                 tools_offered=len(tool_specs), started_at=timeline.started_at),
         asked=lambda key: key not in not_asked,
     )
     for warning in summary.warnings:
@@ -360,8 +363,9 @@ def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] 
         if already:
             logger.info("Resuming: %d of %d tasks already finished in %s", already, total, out)
         ran: Counter[str] = Counter()
-        with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, \
-                RunProgress(total, already, enabled=cfg.progress and cfg.verbose > QUIET) as progress:
+        # Slow LLM requests, timeouts and retries: the first few shown, all counted on the progress line.
+        with (out / TRAJECTORY_FILE).open("a", encoding="utf-8") as trajectory, watch_llm_trouble() as llm_trouble, \
+                RunProgress(total, already, enabled=cfg.progress and cfg.verbose > QUIET, llm=llm_trouble) as progress:
 
             def on_result(result: TaskResult) -> None:
                 append_task(trajectory, result)

@@ -89,7 +89,8 @@ def compute_score(
 
 
 JUDGE_SETTING_NAMES = {"model": "reward_kwargs.judge.model=NAME", "base_url": "reward_kwargs.judge.base_url=URL",
-                       "preset": "reward_kwargs.judge.preset", "concurrency": "reward_kwargs.judge.concurrency=N"}
+                       "preset": "reward_kwargs.judge.preset", "concurrency": "reward_kwargs.judge.concurrency=N",
+                       "block": "reward_kwargs.judge"}
 """How the judge's settings are named in verl's `custom_reward_function` (for the errors that name one)."""
 
 
@@ -113,7 +114,7 @@ async def compute_judge_score(
     a reward the judge never gave would train on nothing."""
     # The judge's modules (openai's client) are imported by the judge's reward only.
     from rollout.agents.llm_client import ChatClient, RetryPolicy
-    from rollout.report.judge import JudgeError, JudgeSettings, gold_target
+    from rollout.report.judge import JudgeError, JudgeSettings, gold_target, unanswered
     from rollout.report.judge_presets import JUDGE_CORRECT
 
     settings = JudgeSettings.from_config(judge, JUDGE_SETTING_NAMES)
@@ -129,8 +130,7 @@ async def compute_judge_score(
     try:
         completion = await client.complete(messages)
     except LLMError as e:
-        raise JudgeError(f"the reward's judge (model {settings.llm.model}) cannot be asked: {e}; in verl, the "
-                         f"judge is {JUDGE_SETTING_NAMES['base_url']} and {JUDGE_SETTING_NAMES['model']}") from e
+        raise JudgeError(f"the reward's {unanswered(e, settings).removeprefix('the ')}") from e
     finally:
         await client.aclose()
     verdict = settings.preset.parse(completion.content or "")

@@ -254,3 +254,77 @@ def test_bad_settings_are_one_line_naming_the_fix(tmp_path, options, fix):
     assert result.returncode == 2, result.stdout
     assert fix in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+DEAD = "http://127.0.0.1:9/v1"
+"""The discard port, where no judge listens: the connection is refused at once."""
+
+
+def test_a_dead_judge_is_told_the_option_of_the_command_and_leaves_no_verdicts_file(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert main(["report", "judge", str(run), "--model", "m", "--base-url", DEAD, "--max-retries", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "could not connect" in err and "set --base-url URL" in err and "Start the judge's server" in err
+    assert "llm.base_url" not in err and "judge.base_url" not in err
+    assert not (run / "judgements").exists()  # nothing was judged: no empty file says otherwise
+
+
+def test_a_dead_judge_at_the_end_of_a_run_is_told_the_runs_setting_and_leaves_no_verdicts_file(tmp_path, caplog):
+    from rollout.report.judge_command import judge_finished_run
+    from rollout.run.config import compose_run_config
+
+    run = make_run(tmp_path)
+    judge = compose_run_config("judge.model=m", f"judge.base_url={DEAD}", "judge.max_retries=0").judge_settings()
+    assert judge is not None and judge_finished_run(run, judge, Console(width=200)) is None
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Judging")]
+    assert "set judge.base_url=URL" in line and "rollout report judge" in line
+    assert "llm.base_url" not in line and "--base-url" not in line
+    assert not (run / "judgements").exists()
+
+
+async def test_a_dead_judge_of_a_training_reward_is_told_the_rewards_setting():
+    from rollout.report.judge import JudgeError
+    from rollout.trainers.reward import compute_judge_score
+
+    with pytest.raises(JudgeError) as raised:
+        await compute_judge_score("demo", "<answer>Ann Lee</answer>", {"target": ["Ann Lee"]}, {"question": "Who?"},
+                                  judge={"model": "m", "base_url": DEAD, "max_retries": 0})
+    message = str(raised.value)
+    assert "set reward_kwargs.judge.base_url=URL" in message and "reward_kwargs.judge.model=NAME" in message
+    assert "llm.base_url" not in message and "--base-url" not in message
+
+
+@pytest.mark.parametrize("refusal", ["llama_cpp", "vllm_new", "vllm"])
+def test_a_judge_prompt_too_long_for_its_server_is_named_so_not_a_dead_server(server, tmp_path, refusal):
+    from rollout.report.judge import JudgeError
+    from tests.agents.chat_server import overflow
+
+    run = make_run(tmp_path)
+    server.push(overflow(refusal))  # the server answers, refusing the prompt as longer than its context
+    with pytest.raises(JudgeError) as raised:
+        judge_run(run, settings(server, run))
+    message = str(raised.value)
+    assert "the judge prompt is too long for the context of the judge model judge-m" in message
+    assert "--model NAME" in message and "-c N" in message and "--max-model-len N" in message
+    assert "Start the judge's server" not in message and "llm." not in message
+    # vLLM's old body says the reply's budget took part of the window: the judge's own --max-tokens is named too.
+    assert ("--max-tokens" in message) == (refusal == "vllm")
+    assert not (run / "judgements").exists()
+
+
+def test_a_judging_that_fails_leaves_no_empty_verdicts_file(tmp_path):
+    from rollout.report.judge import JudgeError
+
+    run = make_run(tmp_path)
+    with pytest.raises(JudgeError):
+        judge_run(run, settings_for(run, judge_args(["--model", "m", "--base-url", DEAD, "--max-retries", "0"])))
+    assert not (run / "judgements").exists() and not scores_path(run).exists()
+
+
+def test_a_judging_whose_later_requests_fail_keeps_the_verdicts_it_got(server, tmp_path):
+    # The answer after the first fails for good (asked again next time): the first verdict is real and stays.
+    run = make_run(tmp_path, answers=[("q1", ["Ann"], "Ann", "ok"), ("q2", ["Bo"], "Bo", "ok")])
+    server.push(said("A"), error(400, "bad request"))
+    judging = judge_run(run, settings(server, run))
+    verdicts = read_verdicts(verdicts_path(run, judging.settings.key))
+    assert verdicts["q1", 0].label == "CORRECT" and verdicts["q2", 0].error is not None

@@ -13,6 +13,7 @@ import pytest
 from rollout.errors import ServerSetupError
 from rollout.records import TaskResult
 from rollout.report.compare import compare_runs
+from rollout.report.rescore import rescore
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run.outcome import EXIT_BAD_INPUT, job_end
@@ -88,3 +89,18 @@ def test_a_run_whose_tools_were_never_called_says_so(ray_local, cache_dir, tmp_p
     [warning] = summary["warnings"]
     assert summary["tools_offered"] == 1 and warning.startswith("the run offered 1 tools and no task made a single tool")
     assert "--jinja" in warning and f"Warning: {warning}" in capsys.readouterr().out
+
+
+def test_a_run_whose_one_turn_is_the_answer_says_so_and_never_blames_the_server(ray_local, cache_dir, tmp_path,
+                                                                                capsys):
+    # agent.max_turns=1: the agent's only request is its answering turn, sent with tool_choice "none"; the scripted
+    # server, which calls a tool whenever it may, answers. Rollout withheld the tools, not the server.
+    with chat_server() as llm:
+        out = run(compose_run_config(*RUN, "dataset.limit=3", "agent.max_turns=1", f"llm.base_url={llm.base_url}",
+                                     f"cache_dir={cache_dir}", f"output_dir={tmp_path / 'run'}")).output_dir
+        assert all(r["tool_choice"] == "none" for r in llm.chat_requests[2:])  # after the two preflights
+    summary = json.loads((out / "evaluation_summary.json").read_text())
+    [warning] = summary["warnings"]
+    assert "agent.max_turns=1 leaves the agent no turn for tools" in warning
+    assert "server" not in warning and "--jinja" not in warning and f"Warning: {warning}" in capsys.readouterr().out
+    assert rescore(out).warnings == [warning]  # config.yaml's agent.max_turns tells it again
