@@ -47,6 +47,14 @@ class LLMOutputEvent(Event):
     finish_reason: str | None = None
     """Why the endpoint stopped, as it sent it: `stop`, `length` (cut at the token limit, `CUT_AT_LIMIT`),
     `tool_calls`, `content_filter`...; None when it sent none, or for a policy without an endpoint."""
+    sent: float | None = None
+    """Unix time the request's answered attempt was sent; None for a policy without an endpoint (and on lines
+    written before it was kept). With `request_ms` it is the interval `rollout.report.endpoint` measures the
+    endpoint's concurrency from."""
+    request_ms: float | None = None
+    """Wall time of the answered attempt alone (`latency_ms` adds failed attempts and the waits between)."""
+    server_ms: float | None = None
+    """Time the server says it spent on the request (llama.cpp's `timings`); None when it does not say."""
 
     @property
     def cut(self) -> bool:

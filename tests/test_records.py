@@ -29,7 +29,8 @@ TOOL_CALL_KEYS = [
     "reached_gateway", "accounting",
 ]
 EVENT_KEYS = {
-    "llm_output": ["type", "t", "turn", "content", "tool_calls", "usage", "latency_ms", "finish_reason"],
+    "llm_output": ["type", "t", "turn", "content", "tool_calls", "usage", "latency_ms", "finish_reason", "sent",
+                   "request_ms", "server_ms"],
     "llm_thinking": ["type", "t", "turn", "content"],
     "tool_call": ["type", "t", "call_id", "name", "arguments"],
     "tool_result": ["type", "t", "call_id", "name", "ok", "outcome", "text", "latency_ms", "result_ids"],
@@ -72,8 +73,9 @@ def answered() -> TaskResult:
 
 
 # This record's line as the driver wrote it before records were typed end to end, byte for byte, with the
-# accounting (of the call and of the task), the replies' finish_reason, the task's `truncated`, `out_of_turns`
-# `offered_tools`, `out_of_context`, `stop_message` and `no_answer_tag` added since.
+# accounting (of the call and of the task), the replies' finish_reason and timings (`sent`, `request_ms`, `server_ms`),
+# the task's `truncated`, `out_of_turns` `offered_tools`, `out_of_context`, `stop_message` and `no_answer_tag` added
+# since.
 ANSWERED_LINE = (
     '{"id": "q1", "question": "Where was Arlen Voss born?", "golden_answers": ["Kelmor"], "prediction": "Kelmor", '
     '"tool_calls": [{"call_id": "c1", "name": "query_knowledge_base_sparse", "arguments": {"query": "Arlen Voss born"}, '
@@ -84,7 +86,7 @@ ANSWERED_LINE = (
     'Arlen Voss born?"}], "status": "ok", "usage": {"total_tokens": 9}, "events": [{"type": "llm_output", '
     '"t": 1700000000.0, "turn": 1, "content": null, "tool_calls": [{"id": "c1", "name": "query_knowledge_base_sparse", '
     '"arguments": {"query": "Arlen Voss born"}}], "usage": {"total_tokens": 9}, "latency_ms": 2.0, '
-    '"finish_reason": null}, {"type": '
+    '"finish_reason": null, "sent": null, "request_ms": null, "server_ms": null}, {"type": '
     '"tool_call", "t": 1700000000.5, "call_id": "c1", "name": "query_knowledge_base_sparse", "arguments": {"query": '
     '"Arlen Voss born"}}, {"type": "tool_result", "t": 1700000000.75, "call_id": "c1", "name": '
     '"query_knowledge_base_sparse", "ok": true, "outcome": "ok", "text": "Arlen Voss was born in Kelmor.", '

@@ -8,6 +8,10 @@ completion — is deterministic: retrying would fail the same way, so it raises 
 with what to fix. Every attempt is bounded by `llm.timeout_s` and every wait by a cap, so a request
 always ends. `ChatClient.complete` posts to `/chat/completions`, `ChatClient.complete_text` to
 `/completions` (a prompt the caller built, for agents that write plain text); both share the policy.
+
+Every timeout, retry and answer slower than `SLOW_CALL_S` is a warning line (`rollout.agents.llm_trouble`: a run
+shows the first few and counts the rest), and every answer says when its attempt was sent and how long it took,
+and how long the server says it worked on it, for the summary's measure of the endpoint (`rollout.report.endpoint`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
@@ -31,6 +35,7 @@ except ImportError:  # only agent=openai needs it; ChatClient names the install 
     openai = None  # type: ignore[assignment]
 
 from rollout.agents.context_window import ContextBudget, is_context_overflow
+from rollout.agents.llm_trouble import SLOW_CALL_S, gave_up_line, retry_line, slow_line
 from rollout.agents.sampling_keys import SDK_PARAMS, TEXT_SDK_PARAMS, check_sampling_keys
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 
@@ -188,6 +193,14 @@ class Completion:
     names_stop: bool = False
     """Whether the server said what ended the reply (vLLM and SGLang do; OpenAI does not). With `stop` None it was
     then no stop string (the end-of-sequence token, or the token limit)."""
+    sent: float | None = None
+    """Unix time the answered attempt was sent."""
+    request_ms: float | None = None
+    """Wall time of the answered attempt alone, from sending it to its parsed response (`latency_ms` adds the
+    failed attempts and the waits between)."""
+    server_ms: float | None = None
+    """Time the server says it spent on the request, prompt and generation (llama.cpp's `timings`: prompt_ms +
+    predicted_ms); the rest of `request_ms` it was queued (or on the wire). None when the server does not say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +212,8 @@ class _Failure:
     retry_after_s: float | None = None
     error: type[LLMError] = LLMError
     """What a failure that is not retried raises."""
+    timeout: bool = False
+    """The attempt got no response within its time."""
 
 
 class ChatClient:
@@ -210,7 +225,7 @@ class ChatClient:
     """
 
     def __init__(self, settings: LLMSettings, retry: RetryPolicy, rng: random.Random | None = None,
-                 tokenizer: str | None = None) -> None:
+                 tokenizer: str | None = None, slow_call_s: float = SLOW_CALL_S) -> None:
         if openai is None:
             raise ConfigError("an LLM agent (agent=openai, agent=tagged) needs the openai package: pip install openai")
         self.settings = settings
@@ -218,6 +233,8 @@ class ChatClient:
         self.budget = None if settings.context_window is None else ContextBudget(settings.context_window, tokenizer)
         """Checks each request against `llm.context_window` before it is sent (`agent.tokenizer` counts)."""
         self._rng = rng or random.Random()
+        self.slow_call_s = slow_call_s
+        """An answer whose attempt took longer than this is logged as slow."""
         self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -307,6 +324,7 @@ class ChatClient:
         attempt = 0
         while True:
             attempt += 1
+            sent, t_sent = time.time(), time.perf_counter()
             try:
                 async with asyncio.timeout(timeout):
                     response = await create()
@@ -315,13 +333,21 @@ class ChatClient:
                 if not failure.retryable:
                     raise failure.error(failure.description) from e
                 if attempt > retries:
+                    if failure.timeout:  # other failures surface as the task's error alone
+                        logger.warning("%s", gave_up_line(failure.description, attempts=attempt))
                     budget = f"; llm.max_retries={retries}" if max_retries is None else ""
                     raise LLMError(f"{failure.description} (gave up after {attempt} attempts{budget})") from e
             else:
-                return parse(response, (time.perf_counter() - t0) * 1000, attempt, endpoint)
+                now = time.perf_counter()
+                reply = parse(response, (now - t0) * 1000, attempt, endpoint)
+                if now - t_sent > self.slow_call_s:
+                    completion_tokens = (reply.usage or {}).get("completion_tokens")
+                    logger.warning("%s", slow_line(now - t_sent, self.settings.base_url, completion_tokens,
+                                                   self.slow_call_s))
+                return replace(reply, sent=sent, request_ms=(now - t_sent) * 1000, server_ms=_server_ms(response))
             wait = self.retry.delay(attempt - 1, failure.retry_after_s, self._rng)
-            logger.debug("LLM request failed (%s); retry %d of %d in %.2f s",
-                         failure.description, attempt, retries, wait)
+            logger.warning("%s", retry_line(failure.description, timeout=failure.timeout, retry=attempt,
+                                            retries=retries, wait_s=wait))
             await asyncio.sleep(wait)
 
     def _request(self, body: dict[str, Any], sampling: Mapping[str, Any] | None, extra_body: Mapping[str, Any] | None,
@@ -348,7 +374,7 @@ class ChatClient:
     def _classify(self, e: BaseException, timeout: float, endpoint: str) -> _Failure:
         where = f"{self.settings.base_url}"
         if isinstance(e, (TimeoutError, openai.APITimeoutError)):
-            return _Failure(True, f"no response from {where} within {timeout:g} s (llm.timeout_s)")
+            return _Failure(True, f"no response from {where} within {timeout:g} s (llm.timeout_s)", timeout=True)
         if isinstance(e, openai.APIConnectionError):
             cause = e.__cause__ or e
             return _Failure(True, f"could not connect to {where} ({type(cause).__name__}: {cause}): start your "
@@ -451,6 +477,18 @@ def _usage(response: Any) -> dict[str, int] | None:
     if usage is None:
         return None
     return {k: int(getattr(usage, k, 0) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+
+
+def _server_ms(response: Any) -> float | None:
+    """What the server says it spent on the request: llama.cpp's server adds `timings` (prompt_ms, predicted_ms)
+    to each response; None from servers that do not (vLLM, SGLang, OpenAI, llama-cpp-python)."""
+    timings = (getattr(response, "model_extra", None) or {}).get("timings")
+    if not isinstance(timings, Mapping):
+        return None
+    try:
+        return float(timings["prompt_ms"]) + float(timings["predicted_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _stop(choice: Any) -> dict[str, Any]:

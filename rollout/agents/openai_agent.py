@@ -228,6 +228,7 @@ class OpenAIAgent:
                 tool_calls=[{"id": c.id, "name": c.name, "arguments": args if args is not None else c.arguments}
                             for c, args, _ in parsed],
                 usage=reply.usage, latency_ms=reply.latency_ms, finish_reason=reply.finish_reason,
+                sent=reply.sent, request_ms=reply.request_ms, server_ms=reply.server_ms,
             ))
             messages.append(self._assistant_message(content, calls))
             if not calls:

@@ -188,7 +188,8 @@ class TaggedAgent:
                 events.emit(LLMThinkingEvent(turn=turn, content=reply.reasoning))
             events.emit(LLMOutputEvent(turn=turn, content=step.text, tool_calls=[call] if call else [],
                                        usage=reply.usage, latency_ms=reply.latency_ms,
-                                       finish_reason=reply.finish_reason))
+                                       finish_reason=reply.finish_reason, sent=reply.sent,
+                                       request_ms=reply.request_ms, server_ms=reply.server_ms))
             messages.append({"role": "assistant", "content": step.text})
             parts.append(step.text)
             if step.kind == "answer":

@@ -1,4 +1,5 @@
-"""The run's progress bar: done/total, running EM over `ok` tasks, failures and tool calls per second."""
+"""The run's progress bar: done/total, running EM over `ok` tasks, failures, tool calls per second, and the LLM
+requests that timed out, were retried or were slow so far (`rollout.agents.llm_trouble`), when there were any."""
 
 from __future__ import annotations
 
@@ -11,19 +12,37 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
+
+from rollout.agents.llm_trouble import LLMTroubleLog
 
 from rollout.records import TaskResult
 from rollout.report.metrics import exact_match
 
 
+class LLMTroubleColumn(ProgressColumn):
+    """E.g. "3 LLM timeouts, 5 retries, 2 slow calls", read at each refresh: they happen while tasks run, not as
+    they finish, and a server that makes every request slow finishes no task for minutes."""
+
+    def __init__(self, trouble: LLMTroubleLog) -> None:
+        super().__init__()
+        self.trouble = trouble
+
+    def render(self, task: Task) -> Text:
+        return Text(self.trouble.progress_text(), style="yellow")
+
+
 class RunProgress:
     """Counts finished tasks and shows them; a disabled one only counts."""
 
-    def __init__(self, total: int, already_done: int = 0, *, enabled: bool = True, console: Console | None = None):
+    def __init__(self, total: int, already_done: int = 0, *, enabled: bool = True, console: Console | None = None,
+                 llm: LLMTroubleLog | None = None):
         self.total = total
         self.done = already_done
         self.correct = 0
@@ -45,6 +64,7 @@ class RunProgress:
             TextColumn("{task.fields[calls_per_s]} calls/s"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
+            *([LLMTroubleColumn(llm)] if llm is not None else []),
             console=self.console,
             transient=False,
             disable=not enabled,

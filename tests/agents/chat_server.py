@@ -203,6 +203,11 @@ class ChatServer:
     characters of the request's messages and tools) past which a request is refused with `overflow_server`'s
     refusal, and within which a reply's usage counts the request's prompt (4 characters a token); `text_tool_calls`, a format in which tool calls come back as text, as from a server without a tool
     parser (vLLM without `--tool-call-parser`).
+
+    Three make it serve as a loaded server does: `generate_s`, the seconds every reply takes to write (on top of a
+    scripted reply's `delay_s`); `slots`, how many requests it works on at once, as llama.cpp's `--parallel` (the
+    others wait their turn; None: all at once); `timings`, whether each answer carries llama.cpp's `timings`, the
+    time it spent in its slot.
     """
 
     def __init__(self) -> None:
@@ -216,6 +221,11 @@ class ChatServer:
         self.context_chars: int | None = None
         self.overflow_server = "vllm"
         self.text_tool_calls: str | None = None
+        self.generate_s = 0.0
+        self.slots: int | None = None
+        self.timings = False
+        self._gate: tuple[int, asyncio.Semaphore] | None = None
+        """The slots' semaphore, made on the server's loop for the `slots` it was made for."""
 
     def push(self, *replies: Reply) -> None:
         with self._lock:
@@ -229,6 +239,7 @@ class ChatServer:
             self.sent.clear()
             self.context_chars = self.text_tool_calls = None
             self.overflow_server = "vllm"
+            self.generate_s, self.slots, self.timings = 0.0, None, False
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -274,8 +285,11 @@ class ChatServer:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
         reply = self._next(body)
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
+        async with self._slot():
+            t0 = time.perf_counter()
+            if reply.delay_s or self.generate_s:
+                await asyncio.sleep(reply.delay_s + self.generate_s)
+            in_slot_ms = (time.perf_counter() - t0) * 1000
         if isinstance(reply.body, Text):
             said_ = reply.body
             message = {"role": "assistant", "content": said_.text, "tool_calls": None}
@@ -286,9 +300,22 @@ class ChatServer:
         if isinstance(reply.body, str):
             return PlainTextResponse(reply.body, reply.status, headers=reply.headers)
         if reply.status == 200 and isinstance(reply.body, dict):
+            if self.timings:  # as llama.cpp's server reports them: its prompt and generation time in the slot
+                completion_tokens = (reply.body.get("usage") or {}).get("completion_tokens", 0)
+                reply = Reply(reply.status, {**reply.body, "timings": {
+                    "prompt_n": 0, "prompt_ms": 0.0, "predicted_n": completion_tokens, "predicted_ms": in_slot_ms}},
+                    reply.headers)
             with self._lock:
                 self.sent.append(reply.body)
         return JSONResponse(reply.body, reply.status, headers=reply.headers)
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """One of the `slots`, waited for; nothing to wait for without them."""
+        if self.slots is None:
+            return contextlib.nullcontext()
+        if self._gate is None or self._gate[0] != self.slots:
+            self._gate = (self.slots, asyncio.Semaphore(self.slots))
+        return self._gate[1]
 
     async def models(self, request: Request) -> Response:
         with self._lock:
