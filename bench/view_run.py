@@ -66,7 +66,7 @@ SYSTEM_PROMPT = (
     "keyword search (BM25): use it for names, codes and identifiers. query_knowledge_base_dense is semantic "
     "search: use it for descriptive or paraphrased questions. query_knowledge_base_hybrid fuses both. Search, "
     "read the passages, search again for a bridge entity when a question needs two facts, and reply with a "
-    "short final answer only (a name, place, number or year)."
+    "short final answer only: the exact words that answer the question, no explanation."
 )
 PRICE_PER_TOKEN = {"prompt": 0.15e-6, "completion": 0.6e-6}
 

@@ -68,3 +68,19 @@ def test_the_quickstart_is_two_command_lines():
     # CI runs the same install as the README's test line.
     install = tests.partition(" && ")[0].removeprefix("pip install ")
     assert install in (PROJECT_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_a_folder_corpus_passage_is_said_in_words_not_tokens():
+    # chunk_tokens counts whitespace-separated words (rollout.data.chunking): a folder's 200 are ~400 BERT tokens.
+    from rollout.data.folder import FOLDER_CHUNK_TOKENS
+    from rollout.paths import CONF_DIR
+
+    files_yaml = CONF_DIR / "dataset" / "files.yaml"
+    texts = {page: " ".join(page.read_text(encoding="utf-8").split())
+             for page in (*doc_pages(), files_yaml, CONF_DIR / "config.yaml")}
+    said_in_tokens = [str(page.relative_to(PROJECT_ROOT)) for page, text in texts.items()
+                      if re.search(rf"\b{FOLDER_CHUNK_TOKENS}[- ]tokens?\b", text)]
+    assert not said_in_tokens, f"a folder passage's {FOLDER_CHUNK_TOKENS} words said as tokens in {said_in_tokens}"
+    for page in (DOCS_DIR / "retrieval.md", DOCS_DIR / "gateway.md", files_yaml):
+        assert f"{FOLDER_CHUNK_TOKENS}-word passages" in texts[page], page
+    assert "passages of N words" in texts[DOCS_DIR / "retrieval.md"]

@@ -37,7 +37,7 @@ from rollout.gateway.metering import timed_llm_call
 from rollout.relevance_view import RelevanceRow
 
 if TYPE_CHECKING:
-    from rollout.agents.llm_client import LLMSettings
+    from rollout.agents.llm_settings import LLMSettings
 
 COSINE_ZERO = 0.2
 COSINE_TEN = 0.7

@@ -12,11 +12,11 @@ task's "LLM time" is mostly queueing. This measures it from the requests' own ti
   server interval is the last `server_ms` before it ended, and the most such intervals that overlap is how many the
   server worked on together (counting overlaps of their middle halves, `TRIM`). What each request spent
   outside it (`request_ms - server_ms`) it was queued; `queued_share` is that over all LLM time.
-- **served at once**, without them (vLLM, SGLang, OpenAI, llama-cpp-python send none): queueing cannot be told from
-  generation, so it is estimated as the throughput above over the rate of the fastest single request (its completion
-  tokens over its `request_ms`). A server that serves one request at a time cannot pass the rate of its fastest
-  request and comes out at about 1; one that serves N together comes out at up to N, less as each of its streams
-  slows under the load: the estimate is how many lone requests' worth of throughput the endpoint gives at once.
+- **served at once**, without them (vLLM, SGLang, OpenAI, llama-cpp-python send none): not measured. From the client a
+  server that answers one request at a time at full speed and one that answers several together at a share of it
+  each look alike in throughput, and a request's time mixes its queueing, its prompt and its reply: an estimate from
+  them (the throughput over the fastest request's rate, say) put llama-cpp-python's one-at-a-time server at "about 2"
+  on a real model. The line says so, and names the servers that report their timings.
 
 Records written before requests carried their timings add nothing; a run without timed requests gets no measure.
 """
@@ -39,6 +39,9 @@ client's clock, whose reading of its end comes late by the response's trip back 
 look concurrent, while requests a server's slots serve together overlap for most of their time."""
 HINT = "llama.cpp: start it with --parallel N / -np N; vLLM/SGLang batch by themselves"
 """What the line adds when the endpoint serves at most half of what was sent at once."""
+UNTIMED = ("llama.cpp's llama-server reports them; llama-cpp-python's server answers one request at a time; vLLM and "
+           "SGLang batch the requests they are sent")
+"""What the line says when the server reports no timings: what is known of the common servers."""
 
 
 def starved(load: EndpointLoad) -> bool:
@@ -79,9 +82,7 @@ class EndpointTally:
             served: float | None = float(most_at_once(end - np.minimum(server, length), end, TRIM))
             queued: float | None = round(float(np.clip(length - server, 0.0, None).sum() / length.sum()), 4)
         else:
-            fastest = float((tokens / length).max())
-            served = None if throughput is None or fastest <= 0 else round(min(throughput / fastest, sent), 1)
-            queued = None
+            served, queued = None, None
         return EndpointLoad(requests=len(start), sent_at_once=sent, served_at_once=served, timed_by_server=timed,
                             completion_tokens_per_s=None if throughput is None else round(throughput, 1),
                             queued_share=queued)
@@ -116,18 +117,11 @@ def endpoint_line(load: EndpointLoad) -> str:
     if load.sent_at_once <= 1:
         return f"LLM endpoint: one request at a time sent, so how many it serves at once was not measured{rate}"
     if load.served_at_once is None:
-        return (f"LLM endpoint: {load.sent_at_once} requests sent concurrently; how many it served at once is unknown "
-                f"(no request reported usage){rate}")
-    if load.timed_by_server:
-        n = int(load.served_at_once)
-        served = f"at most {n} request{'s' if n != 1 else ''} at a time served"
-    else:
-        served = f"about {load.served_at_once:g} requests at a time served"
-    line = f"LLM endpoint: {served} of {load.sent_at_once} sent concurrently"
-    if not load.timed_by_server:
-        line += (" (estimated from throughput: the server reports no timings, so queueing cannot be told from "
-                 "generation)")
-    line += rate
+        return (f"LLM endpoint: {load.sent_at_once} requests sent concurrently{rate}; how many it served at once is "
+                f"not known: the server reports no timings ({UNTIMED})")
+    n = int(load.served_at_once)
+    line = f"LLM endpoint: at most {n} request{'s' if n != 1 else ''} at a time served of {load.sent_at_once} sent " \
+           f"concurrently{rate}"
     if load.queued_share is not None:
         line += f"; ~{100 * load.queued_share:.0f}% of LLM time queued"
     return line + (f" ({HINT})" if starved(load) else "")

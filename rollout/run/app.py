@@ -32,6 +32,7 @@ from rollout.run.interpolations import unknown_interpolation
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
 from rollout.run.ray_session import ray_for_the_sweep
 from rollout.run.refused import holds_nothing, holds_only_the_log, remove_refused_folder
+from rollout.run.sweep_folders import swept_keys, sweeping
 from rollout.run.sweep_gateway import gateway_for_the_sweep
 from rollout.wire import TOKEN_ENV
 
@@ -100,7 +101,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         return EXIT_BAD_INPUT
     jobs: list[JobEnd] = []
 
-    with hydra_argv(args, prog), contextlib.ExitStack() as until_the_end:
+    # A sweep's jobs are named by the keys it varies (rollout.run.sweep_folders).
+    with hydra_argv(args, prog), sweeping(swept_keys(args)), contextlib.ExitStack() as until_the_end:
 
         # An absolute path: under `python -m`, Hydra would resolve a relative one as a Python module.
         @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")

@@ -18,6 +18,7 @@ from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 from rollout.run.dataset import DatasetConfig
 from rollout.run.identity_keys import identity_overrides, run_suffix
+from rollout.run.sweep_folders import folder_parts
 from rollout.wire import MAX_DOCS_PER_CALL
 
 if TYPE_CHECKING:
@@ -236,9 +237,10 @@ def _run_suffix_resolver(*, _root_: DictConfig) -> str:
     """`${run_suffix:}` in conf/config.yaml: the default output folder's `,key=value` part for this job.
 
     Not Hydra's `override_dirname`: its `exclude_keys` is a fixed list of exact keys, while a folder
-    must name exactly the identity overrides, which are prefix rules and depend on the agent (`llm.*`).
+    must name exactly the identity overrides, which are prefix rules and depend on the agent (`llm.*`);
+    in a sweep, only those of the keys it varies (`rollout.run.sweep_folders`).
     """
-    return run_suffix(_job_identity_overrides(_root_.get("agent"), _root_.get("gateway_config_path")))
+    return run_suffix(folder_parts(_job_identity_overrides(_root_.get("agent"), _root_.get("gateway_config_path"))))
 
 
 OmegaConf.register_new_resolver("run_suffix", _run_suffix_resolver, replace=True)

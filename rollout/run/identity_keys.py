@@ -1,8 +1,9 @@
 """Which config keys are part of a run's identity, and how the overrides among them name its folder.
 
 `rollout.run.identity` uses these rules to fingerprint a run; `rollout.run.config` uses them to name
-the default output folder (`results/<experiment>/<mode>` plus `,key=value` per identity override), so
-a sweep over any axis gives one folder per job. An own-data run's experiment is its question set
+the default output folder (`results/<experiment>/<mode>` plus `,key=value` per identity override; in a sweep,
+per identity override of a key it varies: `rollout.run.sweep_folders`), so a sweep over any axis gives one folder
+per job. An own-data run's experiment is its question set
 (`question_set_name`): runs over different question files never share `results/<experiment>`.
 """
 

@@ -27,6 +27,7 @@ from rollout.jsonl import iter_jsonl
 from rollout.records import Question, TaskKey, task_key
 from rollout.run.identity import RunIdentity
 from rollout.run.scheduler import PlannedTask
+from rollout.run.sweep_folders import in_a_sweep
 from rollout.run_folder import FINGERPRINT_FILE, ledger_paths, tools_path, trajectory_path, write_json
 
 logger = logging.getLogger(__name__)
@@ -81,9 +82,12 @@ def finished_tasks(out_dir: Path, identity: RunIdentity) -> set[TaskKey]:
     has_tasks = trajectory.exists() and trajectory.stat().st_size > 0
     earlier = read_identity(out_dir) if has_tasks else None
     if earlier is not None and (diff := identity.differences(earlier)):
+        # A sweep's folders are named by the keys it varies alone: a setting its jobs share can differ.
+        elsewhere = ("file the sweep's jobs elsewhere with dataset.name=NAME (results/NAME/...)" if in_a_sweep()
+                     else "choose another output_dir=")
         raise ConfigError(
             f"{out_dir} holds another experiment ({'; '.join(diff)}). Resuming would mix two experiments "
-            "in one folder: pass resume=false to start over, or choose another output_dir="
+            f"in one folder: pass resume=false to start over, or {elsewhere}"
         )
     finished: set[TaskKey] = set()
 

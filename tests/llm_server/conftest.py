@@ -25,8 +25,9 @@ from tests.llm_server.sources import llama_sources
 from tests.llm_server.tiny_model import tiny_model
 from tests.llm_server.wire_log import WireLog, wire_log
 
-SMOL_CONTEXT = 2048
-"""SmolLM2's window in the tests: room for a few turns with tool results, and a bound on a reply that runs away."""
+SMOL_CONTEXT = 1024
+"""SmolLM2's window in the tests: room for a search and its results, and a bound on a tool call's arguments, which
+llama-cpp-python's grammar lets run until the window is full (it passes no max_tokens on)."""
 
 
 @dataclass(frozen=True, slots=True)

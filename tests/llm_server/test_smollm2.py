@@ -29,9 +29,8 @@ from tests.llm_server.test_real_server import SPARSE, read_jsonl, task_exchanges
 
 pytestmark = pytest.mark.slow
 
-TASKS = ("mode=sparse", *SMALL_KB, "dataset.limit=2", "workers=1", "concurrency_per_worker=2", f"llm.model={ALIAS}",
-         "llm.sampling.max_tokens=48")
-"""Two questions of the small demo knowledge base at once on one actor, 48 tokens a reply."""
+TASKS = ("mode=sparse", *SMALL_KB, "dataset.limit=1", "workers=1", f"llm.model={ALIAS}", "llm.sampling.max_tokens=48")
+"""One question of the small demo knowledge base, 48 tokens a reply."""
 UNSEEN = "the tool results seem not to reach the model"
 PASSAGES = " ".join(f"Passage {i}: the Veltrix archive records that Mara Quell founded Kelmor Works in {1900 + i}."
                     for i in range(12))
@@ -75,7 +74,7 @@ def test_smollm2s_tool_results_reach_it_through_llama_server_and_a_run_without_t
     # run says so.
     blind = smol_run(smol_function_calling, cache_dir, tmp_path / "blind", "agent=openai", "agent.max_turns=2")
     tasks = read_jsonl(tmp_path / "blind" / "trajectory.jsonl")
-    assert sum(len(t["tool_calls"]) for t in tasks) == 2 and blind["n"] == 2
+    assert sum(len(t["tool_calls"]) for t in tasks) == 1 and blind["n"] == 1
     assert any(w.startswith(UNSEEN) for w in blind["warnings"])
     # Judged by the same model on llama-server: every reply is a verdict or counted as unparsed, never a guess (the
     # 135M model echoes the list of grades; a reply naming several grades is no verdict).
@@ -83,7 +82,7 @@ def test_smollm2s_tool_results_reach_it_through_llama_server_and_a_run_without_t
                         "--max-tokens", "32"]) == 0
     [judgements] = list((tmp_path / "blind" / "judgements").glob("*.jsonl"))
     lines = read_jsonl(judgements)
-    assert len(lines) == 2 and all(line["reply"] for line in lines)
+    assert len(lines) == 1 and all(line["reply"] for line in lines)
     for line in lines:
         grades = set(re.findall(r"\b(NOT[ _]ATTEMPTED|INCORRECT|CORRECT)\b", line["reply"]))
         assert line["label"] in {"CORRECT", "INCORRECT", "NOT_ATTEMPTED", None}
@@ -96,7 +95,7 @@ def test_search_r1_on_smollm2_reads_its_information_blocks(smol_function_calling
     smol_run(smol_function_calling, cache_dir, tmp_path / "run", "agent=search_r1", "agent.wire=completions",
              f"agent.chat_template={smollm2_gguf}", "agent.max_turns=2")
     tasks = read_jsonl(tmp_path / "run" / "trajectory.jsonl")
-    assert len(tasks) == 2 and {t["status"] for t in tasks} == {"ok"}
+    assert len(tasks) == 1 and {t["status"] for t in tasks} == {"ok"}
     requests = task_exchanges(smol_function_calling, "/completions")
     rendered = load_chat_template(smollm2_gguf).render([{"role": "user", "content": tasks[0]["messages"][0]["content"]}])
     assert rendered.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")

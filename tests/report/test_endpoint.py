@@ -19,13 +19,14 @@ from rich.console import Console
 from rollout.agents.openai_agent import OpenAIAgent
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.records import Question, TaskResult, ToolResult
-from rollout.report.endpoint import HINT, TRIM, EndpointTally, endpoint_line, most_at_once
+from rollout.report.endpoint import HINT, TRIM, UNTIMED, EndpointTally, endpoint_line, most_at_once
 from rollout.report.scoring import print_summary, summarize
 from rollout.summary import EndpointLoad, RunSummary
 from tests.agents.chat_server import MODEL, ChatServer
 
 TASKS = 3
-GENERATE_S = 0.4
+GENERATE_S = 0.8
+"""A reply's time: TRIM takes 200 ms off each server interval's ends, more than a loaded machine delays a reply's end."""
 SEARCH = "query_knowledge_base_sparse"
 
 
@@ -80,15 +81,15 @@ async def test_a_one_slot_server_is_measured_at_one_request_at_a_time(chat, timi
 
     assert load.sent_at_once == TASKS and load.timed_by_server is timings
     line = endpoint_line(load)
-    assert line.endswith(f"({HINT})")
     if timings:
+        assert line.endswith(f"({HINT})")
         assert load.served_at_once == 1 and load.queued_share is not None and load.queued_share > 0.3
         assert line.startswith(f"LLM endpoint: at most 1 request at a time served of {TASKS} sent concurrently; ")
         assert "of LLM time queued" in line
-    else:
-        assert load.served_at_once is not None and load.served_at_once < 1.5 and load.queued_share is None
-        assert line.startswith(f"LLM endpoint: about {load.served_at_once:g} requests at a time served of {TASKS} "
-                               "sent concurrently (estimated from throughput")
+    else:  # from the client alone, one slot and several look alike: no number is made up
+        assert load.served_at_once is None and load.queued_share is None
+        assert line.startswith(f"LLM endpoint: {TASKS} requests sent concurrently; ")
+        assert line.endswith(f"how many it served at once is not known: the server reports no timings ({UNTIMED})")
     # Every reply has 5 completion tokens, and the one slot writes one reply per GENERATE_S at most.
     assert load.completion_tokens_per_s is not None and load.completion_tokens_per_s <= 5 / GENERATE_S
 
@@ -103,7 +104,7 @@ async def test_a_server_with_a_slot_per_request_serves_them_together(chat, timin
         assert load.served_at_once == TASKS and load.queued_share is not None and load.queued_share < 0.3
         assert endpoint_line(load).startswith(f"LLM endpoint: at most {TASKS} requests at a time served of {TASKS}")
     else:
-        assert load.served_at_once is not None and load.served_at_once > TASKS / 2
+        assert load.served_at_once is None
     assert HINT not in endpoint_line(load)
 
 

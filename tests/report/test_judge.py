@@ -276,7 +276,8 @@ def test_a_dead_judge_at_the_end_of_a_run_is_told_the_runs_setting_and_leaves_no
     run = make_run(tmp_path)
     judge = compose_run_config("judge.model=m", f"judge.base_url={DEAD}", "judge.max_retries=0").judge_settings()
     assert judge is not None and judge_finished_run(run, judge, Console(width=200)) is None
-    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Judging")]
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Judging") and " failed: " in
+              r.getMessage()]
     assert "set judge.base_url=URL" in line and "rollout report judge" in line
     assert "llm.base_url" not in line and "--base-url" not in line
     assert not (run / "judgements").exists()

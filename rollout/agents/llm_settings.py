@@ -1,0 +1,137 @@
+"""What an LLM client is made from: the `llm:` block checked (`LLMSettings`) and the retry waits (`RetryPolicy`).
+
+Kept apart from `rollout.agents.llm_client` so that what reads a config (the gateway's step tools, a run's checks)
+need not import `openai`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import Container, DictConfig, OmegaConf
+
+from rollout.agents.sampling_keys import check_sampling_keys
+from rollout.errors import ConfigError
+
+NO_KEY = "EMPTY"
+"""Sent when the key's environment variable is unset: local servers (vLLM, SGLang, Ollama) need none."""
+
+
+def plain(config: Any) -> Any:
+    """A Hydra config (`DictConfig`, `ListConfig`) as plain containers (hydra's `instantiate` hands nested configs
+    over as such)."""
+    return OmegaConf.to_container(config, resolve=True) if isinstance(config, Container) else config
+
+
+@dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """The `llm:` block of the config, checked."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = 120.0
+    max_retries: int = 5
+    sampling: dict[str, Any] = field(default_factory=dict)
+    price_prompt: float | None = None
+    """USD per million prompt tokens."""
+    price_completion: float | None = None
+    """USD per million completion tokens."""
+    context_window: int | None = None
+    """The model's context length in tokens: a request whose prompt plus `max_tokens` would pass it is not sent
+    (`rollout.agents.context_window`); None leaves the check to the server."""
+
+    @classmethod
+    def from_config(cls, llm: Mapping[str, Any] | DictConfig | None, agent: str = "openai") -> LLMSettings:
+        """Check the block; a missing or wrong value is a `ConfigError` naming the key to set (and `agent`, the
+        agent that needs it)."""
+        c = plain(llm) or {}
+        if not isinstance(c, Mapping):
+            raise ConfigError(f"agent={agent} needs an llm: block (base_url, model, ...), got {c!r}")
+        model = c.get("model")
+        if not model or not isinstance(model, str):
+            raise ConfigError(f"agent={agent} needs llm.model=NAME (the model the endpoint serves, "
+                              "e.g. llm.model=Qwen/Qwen2.5-7B-Instruct)")
+        base_url = c.get("base_url")
+        if not base_url or not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"llm.base_url={base_url!r} must be the endpoint's http(s) URL, "
+                              "e.g. llm.base_url=http://127.0.0.1:8000/v1")
+        prices = c.get("prices") or {}
+        sampling = c.get("sampling") or {}
+        if not isinstance(prices, Mapping) or not isinstance(sampling, Mapping):
+            raise ConfigError("llm.prices and llm.sampling must be mappings")
+        check_sampling_keys(sampling)
+        try:
+            settings = cls(
+                base_url=base_url.rstrip("/"),
+                model=model,
+                api_key_env=c.get("api_key_env") or None,
+                timeout_s=float(c.get("timeout_s", 120.0)),
+                max_retries=int(c.get("max_retries", 5)),
+                sampling={str(k): v for k, v in sampling.items() if v is not None},
+                price_prompt=_price(prices.get("prompt")),
+                price_completion=_price(prices.get("completion")),
+                context_window=c.get("context_window"),
+            )
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"llm: {e} (timeout_s, max_retries and prices are numbers)") from e
+        if settings.timeout_s <= 0:
+            raise ConfigError(f"llm.timeout_s={settings.timeout_s:g} must be positive")
+        if settings.max_retries < 0:
+            raise ConfigError(f"llm.max_retries={settings.max_retries} must be 0 or more")
+        return settings
+
+    def api_key(self) -> str:
+        return (os.environ.get(self.api_key_env) if self.api_key_env else None) or NO_KEY
+
+    def cost_usd(self, usage: Mapping[str, float]) -> float | None:
+        """The price of `usage`, when both prices are configured."""
+        if self.price_prompt is None or self.price_completion is None:
+            return None
+        return (usage.get("prompt_tokens", 0) * self.price_prompt
+                + usage.get("completion_tokens", 0) * self.price_completion) / 1e6
+
+    def priced(self, usage: Mapping[str, float]) -> dict[str, float]:
+        """`usage` with its `cost_usd` added when both prices are configured and there is usage."""
+        cost = self.cost_usd(usage)
+        return {**usage, "cost_usd": cost} if cost is not None and usage else dict(usage)
+
+
+def _price(value: Any) -> float | None:
+    if value is None:
+        return None
+    price = float(value)
+    if price < 0:
+        raise ValueError(f"price {price:g} is negative")
+    return price
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long to wait before retry number `n` (0-based): full jitter over a capped exponential."""
+
+    max_retries: int
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    retry_after_max_s: float = 60.0
+    """A server's `Retry-After` is honoured up to this; a longer ask is cut to it."""
+
+    @classmethod
+    def from_config(cls, max_retries: int, backoff_base_s: Any = 0.5, backoff_max_s: Any = 30.0,
+                    retry_after_max_s: Any = 60.0) -> RetryPolicy:
+        """The agent's retry waits (`agent.backoff_base_s`, ...), checked: a bad one is a `ConfigError` naming it."""
+        delays = {"backoff_base_s": backoff_base_s, "backoff_max_s": backoff_max_s,
+                  "retry_after_max_s": retry_after_max_s}
+        for key, value in delays.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"agent.{key}={value!r} must be a number of seconds, 0 or more")
+        return cls(max_retries, float(backoff_base_s), float(backoff_max_s), float(retry_after_max_s))
+
+    def delay(self, n: int, retry_after_s: float | None, rng: random.Random) -> float:
+        if retry_after_s is not None:
+            return max(0.0, min(retry_after_s, self.retry_after_max_s))
+        return rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2.0 ** n))

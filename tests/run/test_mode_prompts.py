@@ -1,0 +1,47 @@
+"""The modes' system prompts ask for an answer any question set can have, and resuming a folder written under the
+earlier prompts names the words that changed."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from rollout.errors import ConfigError
+from rollout.paths import CONF_DIR
+from rollout.run.config import compose_run_config
+from rollout.run.identity import RunIdentity
+from rollout.run.resume import finished_tasks
+
+MODES = sorted(p.stem for p in (CONF_DIR / "mode").glob("*.yaml") if not p.stem.startswith("bcp_"))
+"""Every mode but BrowseComp-Plus' (which asks for its own answer format)."""
+ASKS = "short final answer only: the exact words that answer the question, no explanation."
+ASKED_BEFORE = "short final answer only (a name, place, number or year)."
+"""What the prompts asked before: wrong for a question set of dates, titles, phrases or yes/no."""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_modes_prompt_asks_for_the_words_that_answer_not_for_a_kind_of_answer(mode):
+    prompt = " ".join(compose_run_config(f"mode={mode}").system_prompt.split())
+    assert ASKS in prompt and "place, number or year" not in prompt
+
+
+def test_the_generic_prompt_asks_the_same():
+    prompt = " ".join(OmegaConf.load(CONF_DIR / "config.yaml").system_prompt.split())
+    assert ASKS in prompt and "place, number or year" not in prompt
+
+
+def test_resuming_a_folder_of_the_earlier_prompt_names_the_words_that_changed(tmp_path):
+    prompt = compose_run_config("mode=sparse").system_prompt
+    earlier = prompt.replace(ASKS, ASKED_BEFORE)
+    assert earlier != prompt
+    (tmp_path / "trajectory.jsonl").write_text('{"id": "a", "status": "ok"}\n')
+    finished_tasks(tmp_path, RunIdentity(settings={"system_prompt": earlier}, gateway_file_sha256="g",
+                                         tools={"t": "a" * 64}, dataset={}))
+    with pytest.raises(ConfigError) as refused:
+        finished_tasks(tmp_path, RunIdentity(settings={"system_prompt": prompt}, gateway_file_sha256="g",
+                                             tools={"t": "a" * 63 + "b"}, dataset={}))
+    message = str(refused.value)
+    assert '"…a short final answer only (a name, place, number or year)." → "…a short final answer only: the exact ' \
+        'words that answer the q…"' in message, message
+    assert "resume=false" in message
+    assert f"tool.t: {'a' * 12} → {'a' * 12}" in message  # a hash is shown by its head, as before
