@@ -1,7 +1,7 @@
 """Corpora of the field's size: BM25 build, gateway start and serving over N synthetic passages, side by side.
 
     python bench/corpus_scale.py [--sizes 100000,1000000,2000000] [--baseline DIR] [--baseline-max 1000000]
-                                 [--dense 1000000] [--queries 1000] [--smoke]
+                                 [--dense 1000000] [--queries 1000] [--bcp 100000] [--smoke]
 
 Each size gets a FlashRAG corpus of N passages (a 3-word title, 100 words drawn from a Zipf law over a 500,000-word
 vocabulary: 857 MB a million lines, about the size of wiki-18's 100-word passages), generated once into the bench's cache. Then,
@@ -22,9 +22,16 @@ each in fresh processes, with a fresh index cache per size:
 - with `--pyserini N` (the `lucene` extra installed), Pyserini's Lucene index over the N-passage corpus: its build
   (wall, CPU, whole-tree peak memory, the JVM's included), its size, and q/s through `rollout.retrieval.lucene`.
 
+- with `--bcp N`, a corpus the size of BrowseComp-Plus': N documents of 2,000 to 4,000 words (3,000 on average; its
+  ~100K documents average about that), written as its corpus is (`{"docid", "text", "url"}` rows), read through
+  `dataset=browsecomp_plus`'s column mapping into the corpus store with each document one row, and BM25 built over
+  the whole documents as a `mode=bcp_bm25` gateway builds it: the build's wall and CPU seconds and the peak memory
+  of its whole process tree, against the budget (`retriever.sparse.build_memory_mb`) and the 3 GiB target.
+
 It prints one table, the growth of each memory figure from size to size, and the targets of a 2M-passage corpus:
 build peak anonymous <= 3 GiB and growing <= 25% from 1M to 2M; a gateway ready in <= 10 s with <= 700 MiB resident.
-`--smoke` runs 2,000 passages and 50 queries (the suite runs it so the bench keeps working).
+`--smoke` runs 2,000 passages and 50 queries, and the BrowseComp-Plus build over 100 documents (the suite runs it so
+the bench keeps working).
 """
 
 from __future__ import annotations
@@ -72,6 +79,58 @@ def corpus_file(n: int, folder: Path) -> Path:
                 for i, row in enumerate(words.tolist())))
     tmp.rename(path)
     return path
+
+
+BCP_WORDS = (2000, 4000)
+"""Words of a BrowseComp-Plus-sized document, drawn uniformly from this range."""
+
+
+def bcp_corpus_file(n: int, folder: Path) -> Path:
+    """N long documents in BrowseComp-Plus' corpus format (`docid`, `text`, `url`), written once (seeded)."""
+    path = folder / f"bcp-{n}.jsonl"
+    if path.is_file():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(35)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    vocab = np.array(["".join(w) for w in letters[rng.integers(0, 26, size=(VOCAB, 7))]])
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for start in range(0, n, 1000):
+            lines = []
+            for i in range(start, min(n, start + 1000)):
+                words = vocab[np.minimum(rng.zipf(1.1, size=int(rng.integers(*BCP_WORDS))), VOCAB) - 1]
+                # Paragraphs of 100 words, as web pages break them; the first line a title, as its pages open.
+                text = "\n\n".join(" ".join(words[j:j + 100]) for j in range(0, len(words), 100))
+                lines.append(json.dumps({"docid": str(i), "text": text, "url": f"https://example.org/{i}"}) + "\n")
+            f.write("".join(lines))
+    tmp.rename(path)
+    return path
+
+
+BCP_BUILD = """
+import sys
+from pathlib import Path
+from rollout.data import CorpusSpec, open_corpus
+from rollout.retrieval import load_or_build_indexes
+corpus, cache = Path(sys.argv[1]), Path(sys.argv[2])
+# dataset=browsecomp_plus's corpus columns: each document one row of the store, whole.
+store = open_corpus(CorpusSpec(path=str(corpus), columns={"id": "docid", "text": "text"}), cache)
+load_or_build_indexes(store, cache, which=["sparse"])
+"""
+
+
+def bcp_row(n: int, corpora: Path) -> dict[str, float]:
+    """The corpus store and BM25 over N BrowseComp-Plus-sized documents, built in a fresh process and cache."""
+    corpus = bcp_corpus_file(n, corpora)
+    cache = Path(tempfile.mkdtemp(prefix=f"scale-bcp-{n}-"))
+    try:
+        row = measured_build("the BrowseComp-Plus build", [sys.executable, "-c", BCP_BUILD, str(corpus), str(cache)],
+                             cwd=ROOT, env=env_for(ROOT))
+        row["index_bytes"] = sum(p.stat().st_size for p in cache.glob("sparse-*/*") if p.is_file())
+        return row
+    finally:
+        subprocess.run(["rm", "-rf", str(cache)], check=False)
 
 
 def queries(corpus: Path, n: int) -> list[str]:
@@ -407,12 +466,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--pyserini", type=int, default=0, help="also build and search a Pyserini Lucene index over this size")
     p.add_argument("--search-r1", type=Path, help="a Search-R1 checkout: its retrieval server beside the dense gateway")
+    p.add_argument("--bcp", type=int, default=0,
+                   help="also build BM25 over this many BrowseComp-Plus-sized documents (~3,000 words each)")
     p.add_argument("--corpora", type=Path, default=Path.home() / ".cache" / "rollout-bench" / "corpora")
     p.add_argument("--smoke", action="store_true", help="2,000 passages, 50 queries: that the bench runs")
     args = p.parse_args(argv)
     if args.smoke:
         args.sizes, args.queries, args.baseline_max = [2000], 50, 2000
         args.dense = 2000 if args.dense else 0
+        args.bcp = 100
     rows: list[tuple[str, int, dict[str, float]]] = []
     for n in args.sizes:
         corpus = corpus_file(n, args.corpora)
@@ -428,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dense:
         corpus = corpus_file(args.dense, args.corpora)
         rows += dense_rows(ROOT, args.dense, corpus, queries(corpus, args.queries), args.search_r1)
+    if args.bcp:
+        rows.append(("BrowseComp-Plus-sized", args.bcp, bcp_row(args.bcp, args.corpora)))
     print(" | ".join(["checkout", "passages", *(title for _, title in COLUMNS)]))
     for name, n, row in rows:
         print(" | ".join([name, f"{n:,}", *(fmt(row, key) for key, _ in COLUMNS)]))
@@ -441,6 +505,15 @@ def main(argv: list[str] | None = None) -> int:
             new = next(r for m, k, r in rows if m == "rollout" and k == n)
             print(f"at {n:,} passages, baseline / rollout: " + ", ".join(
                 f"{title} {row[key] / new[key]:.2f}" for key, title in COLUMNS if row.get(key) and new.get(key)))
+    for name, n, row in rows:
+        if name == "BrowseComp-Plus-sized":
+            from rollout.retrieval.params import SparseParams
+
+            budget = SparseParams().build_memory_mb
+            print(f"BrowseComp-Plus-sized BM25 build over {n:,} documents of ~3,000 words: peak anon "
+                  f"{fmt(row, 'build_anon')}, peak RSS {fmt(row, 'build_rss')}, {row['build_s']:.1f} s "
+                  f"(budget retriever.sparse.build_memory_mb={budget}; target <= 3 GiB "
+                  f"{'met' if row['build_anon'] <= 3 * GIB else 'NOT met'})")
     two_m = dict(ours).get(2_000_000)
     if two_m is not None:
         one_m = dict(ours).get(1_000_000)

@@ -145,6 +145,71 @@ class Calibration:
                    browsecomp_plus_error=data.get("browsecomp_plus_error"))
 
 
+BROWSECOMP_PLUS_NAMES = {
+    "accuracy": "Accuracy (%)", "evidence_recall": "Recall (%)", "gold_recall": "Gold Recall (%)",
+    "search_calls": "Search Calls", "get_document_calls": "Get Document Calls",
+    "citation_precision": "Citation Precision (%)", "citation_recall": "Citation Recall (%)",
+    "calibration_error": "Calibration Error (%)",
+}
+"""Each BrowseComp-Plus number → its name in evaluation_summary.json and on screen: its leaderboard's names where it
+has one (Accuracy, Recall of the evidence documents, Search Calls, Calibration Error), else in their style."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrowseCompPlusScores:
+    """BrowseComp-Plus' leaderboard numbers over a run's scored records, as its evaluator computes them
+    (`rollout.report.browsecomp_leaderboard`); percents in [0, 100] as its leaderboard shows them, rounded as it
+    rounds them."""
+
+    queries: int
+    """Records counted: the run's scored ones."""
+    answered: int
+    """Of them, those its evaluator judges: status "completed" (`rollout.report.browsecomp_leaderboard.run_status`)
+    and a final response that is not empty. The others count as wrong answers."""
+    judged: int
+    """Of the answered ones, those with a verdict of the judge below (a reply it could not read counts as wrong)."""
+    judge_preset: str | None
+    """The preset of the run's judge (`scores/judge.meta.json`); Accuracy needs `browsecomp_plus`."""
+    judge_model: str | None
+    """The model of that judge."""
+    accuracy: float | None
+    """Answers the `browsecomp_plus` judge found correct, of the queries; None without its verdicts."""
+    evidence_recall: float | None
+    """Mean over the queries with evidence documents of the share of them among the docids its searches returned."""
+    gold_recall: float | None
+    """The same against the gold documents."""
+    search_calls: float | None
+    """Calls of the search tools (`search`, `search_bm25`, `search_dense`) per query."""
+    get_document_calls: float | None
+    """Calls of `get_document` per query."""
+    calls_per_query: dict[str, float]
+    """Calls per query of each tool the agent called, by name (sorted)."""
+    citation_precision: float | None
+    """Mean over the answered queries citing a docid of the share of their cited docids that are evidence."""
+    citation_recall: float | None
+    """Mean over the same queries of the share of their evidence documents they cite."""
+    with_citations: int
+    """Answered queries citing at least one docid."""
+    calibration_error: float | None
+    """BrowseComp-Plus' calibration error over the judged answers; None under 100 of them."""
+
+    def to_json(self) -> dict[str, Any]:
+        numbers = {BROWSECOMP_PLUS_NAMES[k]: getattr(self, k) for k in BROWSECOMP_PLUS_NAMES}
+        return {"queries": self.queries, "answered": self.answered, "judged": self.judged,
+                "judge": None if self.judge_preset is None else {"preset": self.judge_preset,
+                                                                  "model": self.judge_model},
+                **numbers, "calls_per_query": dict(self.calls_per_query), "with_citations": self.with_citations}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BrowseCompPlusScores:
+        judge = data.get("judge") or {}
+        return cls(queries=int(data["queries"]), answered=int(data["answered"]), judged=int(data["judged"]),
+                   judge_preset=judge.get("preset"), judge_model=judge.get("model"),
+                   **{k: data.get(name) for k, name in BROWSECOMP_PLUS_NAMES.items()},
+                   calls_per_query={str(k): float(v) for k, v in (data.get("calls_per_query") or {}).items()},
+                   with_citations=int(data.get("with_citations", 0)))
+
+
 @dataclass(frozen=True, slots=True)
 class ScoringSettings:
     """How the run was scored beyond the built-in metrics: recorded in the summary, not in the run's identity
@@ -280,6 +345,40 @@ class RunAccounting:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointLoad:
+    """How the LLM endpoint served a run's timed requests (`rollout.report.endpoint`)."""
+
+    requests: int
+    """Requests measured: the agents' answered LLM requests whose records carry their timings."""
+    sent_at_once: int
+    """The most of them in flight together, as the client saw them."""
+    served_at_once: float | None
+    """The most the server worked on together: exact (a whole number) when `timed_by_server`, else estimated from
+    throughput (one decimal); None when no request reported completion tokens."""
+    timed_by_server: bool
+    """Whether every request carried the server's own timings, which make `served_at_once` exact and
+    `queued_share` known."""
+    completion_tokens_per_s: float | None
+    """Completion tokens over the time at least one request was in flight; None without usage."""
+    queued_share: float | None
+    """Share of the requests' time spent outside the server's own (queued, or on the wire); None without the
+    server's timings."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "sent_at_once": self.sent_at_once, "served_at_once": self.served_at_once,
+                "timed_by_server": self.timed_by_server, "completion_tokens_per_s": self.completion_tokens_per_s,
+                "queued_share": self.queued_share}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EndpointLoad:
+        return cls(requests=int(data["requests"]), sent_at_once=int(data["sent_at_once"]),
+                   served_at_once=_float_or_none(data.get("served_at_once")),
+                   timed_by_server=bool(data.get("timed_by_server", False)),
+                   completion_tokens_per_s=_float_or_none(data.get("completion_tokens_per_s")),
+                   queued_share=_float_or_none(data.get("queued_share")))
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """The evaluation summary of one run's records."""
 
@@ -333,8 +432,18 @@ class RunSummary:
     offered and never called."""
     calibration: Calibration | None = None
     """When some scored answer states its confidence (`Confidence: 85%`)."""
+    browsecomp_plus: BrowseCompPlusScores | None = None
+    """BrowseComp-Plus' leaderboard numbers, for a run whose questions carry `evidence_doc_ids` or whose agent called
+    its tools (`rollout.report.browsecomp_leaderboard`); None for any other run."""
     scoring: ScoringSettings = field(default_factory=ScoringSettings)
     """Scorers and scores files behind the extra metrics; empty in files written before they existed."""
+    llm_endpoint: EndpointLoad | None = None
+    """How the LLM endpoint served the agents' requests (`rollout.report.endpoint`); None when no record carries
+    timed requests (offline agents, files written before)."""
+    unfinished_calls: dict[str, ToolUse] = field(default_factory=dict)
+    """Tool calls of the tasks that had not finished when the run was interrupted, per tool name (sorted), counted
+    from the gateway's ledger (`rollout.report.unfinished`): they reached the gateway, and no record holds them.
+    Empty for a run that was not interrupted (and in files written before)."""
 
     @property
     def extra_metrics(self) -> list[str]:
@@ -390,7 +499,14 @@ class RunSummary:
             data["accounting"] = self.accounting.to_json()
         if self.calibration is not None:
             data["calibration"] = self.calibration.to_json()
+        if self.browsecomp_plus is not None:
+            data["browsecomp_plus"] = self.browsecomp_plus.to_json()
         data["scoring"] = self.scoring.to_json()
+        if self.llm_endpoint is not None:
+            data["llm_endpoint"] = self.llm_endpoint.to_json()
+        if self.unfinished_calls:
+            data["unfinished_tool_calls"] = {name: {"calls": t.calls, "failed": t.failed}
+                                             for name, t in self.unfinished_calls.items()}
         return data
 
     @classmethod
@@ -403,7 +519,8 @@ class RunSummary:
         accounting have no `accounting`, before finish reasons were kept no `truncated` (read as 0), before
         degraded tools were listed no `degraded_tools`, nor, before tagged agents, `out_of_turns`; before extra metrics
         no `scoring`, `calibration` or `pass_at_k_by_metric`; before context windows were outcomes no `out_of_context`,
-        `tools_offered` or `warnings`."""
+        `tools_offered` or `warnings`; before requests were timed no `llm_endpoint`, nor, before interrupted runs
+        counted the gateway's ledger, `unfinished_tool_calls`."""
         n = int(data["n"])
         errors, timeouts = int(data.get("errors", 0)), int(data.get("timeouts", 0))
         statuses = data.get("statuses") or {"ok": n - errors - timeouts, "error": errors, "timeout": timeouts}
@@ -441,5 +558,10 @@ class RunSummary:
             tools_offered=data.get("tools_offered"),
             warnings=[str(w) for w in data.get("warnings") or []],
             calibration=None if data.get("calibration") is None else Calibration.from_json(data["calibration"]),
+            browsecomp_plus=None if data.get("browsecomp_plus") is None
+            else BrowseCompPlusScores.from_json(data["browsecomp_plus"]),
             scoring=ScoringSettings.from_json(data.get("scoring") or {}),
+            llm_endpoint=None if data.get("llm_endpoint") is None else EndpointLoad.from_json(data["llm_endpoint"]),
+            unfinished_calls={name: ToolUse(int(t["calls"]), int(t["failed"]))
+                              for name, t in (data.get("unfinished_tool_calls") or {}).items()},
         )

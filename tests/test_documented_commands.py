@@ -41,6 +41,8 @@ from rollout.trainers.experiment import TrainingExperiment
 from rollout.trainers.openenv.__main__ import build_parser as env_parser
 from rollout.view.cli import build_parser as view_parser
 from tests.doc_pages import OUTPUT_BLOCKS, doc_pages, split_page, where
+from tests.report.browsecomp_runs import known_tasks
+from tests.report.browsecomp_runs import write_run as write_browsecomp_run
 from tests.report.judge_server import judge_server
 
 PREFIXES = ("python -m rollout", "rollout ")
@@ -202,8 +204,8 @@ def task(i: int, mode: str) -> TaskResult:
 @pytest.fixture
 def documented_results(tmp_path, monkeypatch) -> Path:
     """results/demo/{dense,sparse,hybrid} in a fresh working directory, each with a trajectory of q-000000..q-000019
-    (ids as the demo knowledge base writes them, so `--task q-000001` names one); and results/train_tools, a training
-    run's ledger."""
+    (ids as the demo knowledge base writes them, so `--task q-000001` names one); results/train_tools, a training
+    run's ledger; and results/browsecomp_plus/{bcp_bm25,bcp_dense,bcp_both}."""
     monkeypatch.chdir(tmp_path)
     for mode in ("dense", "sparse", "hybrid"):
         run = tmp_path / "results" / "demo" / mode
@@ -219,6 +221,8 @@ def documented_results(tmp_path, monkeypatch) -> Path:
                     "task_id": f"r{i}", "worker_id": None, "ok": True, "outcome": "ok", "error": None,
                     "duration_ms": 5.0, "timestamp": 1000.0 + 30 * i, "result_ids": ["d1", "d2"], "traffic": "train",
                     "step": 1 + i // 2}) + "\n" for i in range(6)))
+    for mode in ("bcp_bm25", "bcp_dense", "bcp_both"):  # docs/browsecomp_plus.md's runs, of hand-made tasks
+        write_browsecomp_run(tmp_path / "results" / "browsecomp_plus" / mode, known_tasks(), mode=mode)
     return tmp_path
 
 

@@ -1,8 +1,9 @@
-"""`rollout export` (also `python -m rollout.export`): a run's conversations as SFT rows, or a question set as
-verl RL prompts.
+"""`rollout export` (also `python -m rollout.export`): a run's conversations as SFT rows, a question set as
+verl RL prompts, or a run as BrowseComp-Plus run files.
 
     rollout export RUN --format openai|trl|verl-sft --out FILE.jsonl|FILE.parquet [--only-correct | --min-f1 X]
     rollout export --questions [KEY=VALUE ...] --format verl-rl --out FILE.parquet [--data-source NAME]
+    rollout export RUN --format browsecomp-plus --out DIR
 
 One row per task (a question's repeat) that ended `ok`; the filters keep the exact-match-correct ones, or those
 with F1 at least X, scored as the run's summary scores them. It prints one line: the rows written and the tasks
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rollout.errors import ExportError, RolloutError
-from rollout.export.formats import FORMATS, RL_FORMATS, SFT_ROWS
+from rollout.export.browsecomp_run import check_out_dir, export_browsecomp_plus
+from rollout.export.formats import FORMATS, RL_FORMATS, RUN_FORMATS, SFT_ROWS
 from rollout.export.questions import compose_questions, prompt_rows
 from rollout.export.trajectories import RunConversations, TaskFilter
 from rollout.export.writers import check_suffix, row_file
@@ -27,15 +29,17 @@ from rollout.export.writers import check_suffix, row_file
 def build_parser(prog: str = "python -m rollout.export") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Write a run's conversations as SFT rows (openai, trl, verl-sft), or a question set as verl RL "
-                    "prompts (verl-rl). The --out suffix picks the file type: .jsonl or .parquet.",
+        description="Write a run's conversations as SFT rows (openai, trl, verl-sft), a question set as verl RL "
+                    "prompts (verl-rl), or a run as a folder of BrowseComp-Plus run files for its evaluator "
+                    "(browsecomp-plus). The --out suffix picks the file type: .jsonl or .parquet.",
     )
     parser.add_argument("run", nargs="?", metavar="RUN", help="run folder (holding trajectory.jsonl and tools.json)")
     parser.add_argument("--questions", nargs="*", metavar="KEY=VALUE",
                         help="instead of RUN, for --format verl-rl: the question set a run with these Hydra "
                              "overrides would ask (none: the demo dataset), e.g. dataset=nq dataset.questions.path=F")
     parser.add_argument("--format", required=True, choices=FORMATS, help="row format")
-    parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="output file: .jsonl or .parquet")
+    parser.add_argument("--out", required=True, type=Path, metavar="FILE",
+                        help="output file: .jsonl or .parquet (browsecomp-plus: a folder)")
     keep = parser.add_mutually_exclusive_group()
     keep.add_argument("--only-correct", action="store_true", help="only tasks whose answer is exact-match correct")
     keep.add_argument("--min-f1", type=float, metavar="X", help="only tasks whose answer has token F1 of at least X")
@@ -61,6 +65,12 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise ExportError("--data-source names the dataset of verl-rl prompts: it goes with --questions")
     if args.min_f1 is not None and not 0.0 <= args.min_f1 <= 1.0:
         raise ExportError(f"--min-f1 {args.min_f1:g}: F1 is between 0 and 1")
+    if args.format in RUN_FORMATS:
+        if args.only_correct or args.min_f1 is not None:
+            raise ExportError(f"--format {args.format} writes every query, as its leaderboard counts every one: "
+                              "leave out --only-correct and --min-f1")
+        check_out_dir(args.out)
+        return
     if args.out.is_dir():
         raise ExportError(f"--out {args.out} is a folder: name a file ending in .jsonl or .parquet")
     check_suffix(args.out)
@@ -106,7 +116,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rollout.ex
     args = build_parser(prog).parse_args(argv)
     try:
         check_arguments(args)
-        line = export_questions(args) if args.questions is not None else export_run(args)
+        if args.questions is not None:
+            line = export_questions(args)
+        elif args.format in RUN_FORMATS:
+            line = export_browsecomp_plus(args.run, args.out).line()
+        else:
+            line = export_run(args)
     except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

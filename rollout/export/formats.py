@@ -11,6 +11,8 @@
 - `verl-rl`: verl's RL prompt rows, as Search-R1's data scripts write them: `data_source`, `prompt` (the
   opening chat messages), `ability`, `reward_model` {style: rule, ground_truth: {target: gold answers}} and
   `extra_info` {index, split, id, question, gold_doc_ids}.
+- `browsecomp-plus`: not rows but a folder of BrowseComp-Plus run files, one per query, for its evaluator
+  (`rollout.export.browsecomp_run`).
 
 A conversation without tools (a text agent's, or a mode without tools) has no `tools` in a JSONL row and a
 null one in parquet.
@@ -29,7 +31,9 @@ SFT_FORMATS = ("openai", "trl", "verl-sft")
 """Formats of a run's conversations."""
 RL_FORMATS = ("verl-rl",)
 """Formats of a question set's prompts."""
-FORMATS = (*SFT_FORMATS, *RL_FORMATS)
+RUN_FORMATS = ("browsecomp-plus",)
+"""Formats of a whole run for another benchmark's evaluator: a folder of files (`rollout.export.browsecomp_run`)."""
+FORMATS = (*SFT_FORMATS, *RL_FORMATS, *RUN_FORMATS)
 
 ABILITY = "fact-reasoning"
 """verl's `ability` of a question-answering prompt, as Search-R1 labels its NQ and HotpotQA rows."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rollout.data import ensure_demo_kb, open_corpus
-from rollout.errors import ConfigError, RolloutError
+from rollout.errors import ConfigError, RetrievalError, RolloutError
 from rollout.gateway.http_app import MCP_PATHS
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.orphan import watch_parent
@@ -60,7 +60,7 @@ def build_parser(prog: str = "python -m rollout.gateway") -> argparse.ArgumentPa
     p.add_argument("--port", type=int, default=8080, help="port to bind; 0 picks a free one")
     p.add_argument("--corpus", type=Path,
                    help="a FlashRAG jsonl corpus file, or a folder of documents (its .txt/.md files, id = relative path, "
-                        "cut into 200-token passages); default: the demo knowledge base")
+                        "cut into 200-word passages); default: the demo knowledge base")
     p.add_argument("--demo-passages", type=int, default=2000, help="demo KB size when --corpus is not given")
     p.add_argument("--demo-questions", type=int, default=200, help="demo question count (fixes the demo KB's cache key)")
     p.add_argument("--demo-seed", type=int, default=0)
@@ -149,7 +149,14 @@ def load_knowledge_base(args: argparse.Namespace, requires: list[str],
     # run's timeline as the rest of the time to "gateway ready".
     logger.info("Knowledge base ready in %.1f s: corpus %.1f s, indexes %.1f s, first query %.1f s",
                 warmed - started, read - started, loaded - read, warmed - loaded)
-    return knowledge_base(args, passages, retrievers, tokenizer=load_token_counter(args.tokenizer))
+    kb = knowledge_base(args, passages, retrievers, tokenizer=load_token_counter(args.tokenizer))
+    kb.snippet_tokens = params.snippet.max_tokens  # BrowseComp-Plus' search tool (`retriever.snippet`)
+    if params.snippet.tokenizer is not None:  # loaded now: a bad name fails the start, not the first search
+        try:
+            kb.snippet_tokenizer = load_token_counter(params.snippet.tokenizer)
+        except RetrievalError as e:  # its message names `tokenizer=`: this is the snippets' own setting
+            raise RetrievalError(f"retriever.snippet.{e}") from e
+    return kb
 
 
 def knowledge_base(args: argparse.Namespace, passages: list[Passage] | None = None,
@@ -164,7 +171,7 @@ def step_settings(args: argparse.Namespace) -> StepSettings:
     """How the step tools score and answer: `--llm-config`'s endpoint, else offline unless `--no-offline-steps`."""
     llm = None
     if args.llm_config is not None:
-        from rollout.agents.llm_client import LLMSettings  # imports openai: only when an endpoint is configured
+        from rollout.agents.llm_settings import LLMSettings
 
         raw = str(args.llm_config)
         try:

@@ -128,6 +128,10 @@ class KnowledgeBase:
     """Passages longer than this many whitespace tokens are recalled in chunks."""
     tokenizer: TokenCounter | None = None
     """Counts context tokens and cuts budgets (`tokenizer=`); None loads the bundled encoder's on first use."""
+    snippet_tokens: int = 512
+    """Tokens of a document's beginning BrowseComp-Plus' search tool returns as its snippet (`retriever.snippet`)."""
+    snippet_tokenizer: TokenCounter | None = None
+    """The tokenizer those tokens are counted in (`retriever.snippet.tokenizer`); None: `token_counter()`'s."""
     steps: StepSettings = field(default_factory=StepSettings)
     """How the step tools score and answer (LLM endpoint or offline), and the root of a folder corpus."""
     recent: RecentResults = field(default_factory=RecentResults, repr=False, compare=False)
@@ -140,6 +144,10 @@ class KnowledgeBase:
         if self.tokenizer is None:
             self.tokenizer = load_token_counter(None)
         return self.tokenizer
+
+    def snippet_counter(self) -> TokenCounter:
+        """The tokenizer snippets are cut with: `retriever.snippet.tokenizer`'s, else the gateway's."""
+        return self.snippet_tokenizer if self.snippet_tokenizer is not None else self.token_counter()
 
     def doc_rows(self) -> Mapping[str, tuple[int, ...]]:
         """Passage rows of each source document, in corpus order: looked up on a corpus store, else built on first

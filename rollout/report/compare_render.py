@@ -11,10 +11,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rollout.report.compare import CI_LEVEL, RIGHT_ABOVE, Comparison, MetricDiff, PairedComparison, RunRow
+from rollout.report.browsecomp_leaderboard import leaderboard_cells, search_columns
+from rollout.report.compare import Comparison
 from rollout.report.compare_costs import plot_costs
 from rollout.report.compare_plot import plot_comparison
+from rollout.report.paired import CI_LEVEL, RIGHT_ABOVE, MetricDiff, PairedComparison
+from rollout.report.run_row import RunRow
 from rollout.report.scoring import METRICS, metric_label
+from rollout.summary import BROWSECOMP_PLUS_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +137,21 @@ def comparison_tables(c: Comparison) -> list[Table]:
         ["mode", "shared", "wrong→right", "right→wrong", "not shared"],
         [[p.label, str(p.shared), str(p.wrong_to_right), str(p.right_to_wrong), str(p.not_shared)] for p in c.pairs],
     )
-    return [metrics, calls, paired, flips] if c.pairs else [metrics, calls]
+    browsecomp = _browsecomp_table(c)
+    return [metrics, calls, *browsecomp, *([paired, flips] if c.pairs else [])]
+
+
+def _browsecomp_table(c: Comparison) -> list[Table]:
+    """BrowseComp-Plus' leaderboard numbers side by side, for the runs that have them (none: no table)."""
+    runs = [r for r in c.rows if r.browsecomp_plus is not None]
+    if not runs:
+        return []
+    split = list(dict.fromkeys(t for r in runs for t in search_columns(r.browsecomp_plus)))
+    cells = [leaderboard_cells(r.browsecomp_plus, split) for r in runs]
+    return [("BrowseComp-Plus leaderboard numbers",
+             ["mode", "queries", "answered", "judged", *cells[0]],
+             [[r.label, str(r.browsecomp_plus.queries), str(r.browsecomp_plus.answered),
+               str(r.browsecomp_plus.judged), *row.values()] for r, row in zip(runs, cells, strict=True)])]
 
 
 def _calibration_cell(r: RunRow) -> str:
@@ -187,7 +205,8 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "score_failed": c.score_failed,
         "question_set": None if c.question_set is None else asdict(c.question_set),
         "runs": [{**asdict(r), "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task,
-                  "accounting": None if r.accounting is None else r.accounting.to_json(), **_costs(c, r)}
+                  "accounting": None if r.accounting is None else r.accounting.to_json(), **_costs(c, r),
+                  "browsecomp_plus": None if r.browsecomp_plus is None else r.browsecomp_plus.to_json()}
                  for r in c.rows],
         "pairs": [{**asdict(p), "not_shared": p.not_shared} for p in c.pairs],
     }
@@ -203,24 +222,34 @@ def _costs(c: Comparison, r: RunRow) -> dict[str, float | None]:
 def _write_csv(c: Comparison, path: Path) -> None:
     """The per-mode table, one row per run, tool calls per task in a column per tool, then the accounting."""
     extra = [m for m in c.metrics if m not in METRICS]
+    browsecomp = _browsecomp_columns(c)
     fields = ["label", "mode", "run_dir", "question_set", "question_set_sha256", "tasks", "scored", "repeats",
               "questions", *METRICS, *extra, "calibration_error",
               *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
               "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "out_of_turns",
               "out_of_context", "tokens_per_task",
-              *_costs(c, c.rows[0])]
+              *_costs(c, c.rows[0]), *browsecomp]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for r in c.rows:
             row = {k: v for k, v in asdict(r).items()
-                   if k not in ("calls_per_task", "accounting", "extra", "calibration")}
+                   if k not in ("calls_per_task", "accounting", "extra", "calibration", "browsecomp_plus")}
+            numbers = {} if r.browsecomp_plus is None else r.browsecomp_plus.to_json()
+            row |= {column: numbers.get(column.removeprefix("browsecomp_plus.")) for column in browsecomp}
             row |= {m: r.extra.get(m) for m in extra}
             row["calibration_error"] = None if r.calibration is None else r.calibration.error
             row["question_set"] = None if r.question_set is None else r.question_set.name
             row["question_set_sha256"] = None if r.question_set is None else r.question_set.sha256
             row |= {f"calls_per_task.{t}": r.calls_per_task.get(t, 0.0) for t in c.tools} | _costs(c, r)
             writer.writerow({**row, "run_dir": str(r.run_dir), "total_calls_per_task": r.total_calls_per_task})
+
+
+def _browsecomp_columns(c: Comparison) -> list[str]:
+    """CSV columns of BrowseComp-Plus' numbers (`browsecomp_plus.Accuracy (%)`, ...) when some run has them."""
+    if all(r.browsecomp_plus is None for r in c.rows):
+        return []
+    return [f"browsecomp_plus.{name}" for name in ("queries", "answered", "judged", *BROWSECOMP_PLUS_NAMES.values())]
 
 
 def write_comparison(c: Comparison, out_dir: Path | str) -> list[Path]:

@@ -67,6 +67,9 @@ class ExtraScores:
     """Metric name → the file's source: `source` of its meta file, else the file's name (`user`, `judge`)."""
     files: tuple[str, ...] = ()
     """The scores files read, by name (`user.jsonl`), sorted."""
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Metric name → the meta file of the scores file it comes from (empty when that file has none): a judge's names
+    its preset and model, which `rollout.report.browsecomp_leaderboard` reads."""
 
     def of(self, key: TaskKey) -> TaskMetrics:
         """One task's extra metrics, every name present (None where a file has no value for it)."""
@@ -116,9 +119,9 @@ def write_scores(run_dir: Path | str, name: str, rows: Iterable[ScoreRow | Mappi
     return path
 
 
-def _source(path: Path) -> str:
-    meta = read_json(path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")) or {}
-    return str(meta.get("source") or path.stem)
+def _meta(path: Path) -> dict[str, Any]:
+    meta = read_json(path.with_name(path.name.removesuffix(".jsonl") + ".meta.json"))
+    return dict(meta) if isinstance(meta, dict) else {}
 
 
 def _read_file(path: Path) -> tuple[dict[TaskKey, TaskMetrics], list[str]]:
@@ -148,8 +151,10 @@ def read_scores(run_dir: Path | str) -> ExtraScores:
     tasks: dict[TaskKey, TaskMetrics] = {}
     owner: dict[str, Path] = {}
     sources: dict[str, str] = {}
+    metas: dict[str, dict[str, Any]] = {}
     for path in files:
         per_task, names = _read_file(path)
+        meta = _meta(path)
         for m in names:
             if m in BUILTIN_METRICS:
                 raise ReportError(f"{path}: metric {m!r} is a built-in metric of every run; rename it in that "
@@ -158,7 +163,9 @@ def read_scores(run_dir: Path | str) -> ExtraScores:
                 raise ReportError(f"metric {m!r} is in two scores files, {owner[m]} and {path}; rename it in one "
                                   "of them or delete the stale file")
             owner[m] = path
-            sources[m] = _source(path)
+            sources[m] = str(meta.get("source") or path.stem)
+            metas[m] = meta
         for key, values in per_task.items():
             tasks.setdefault(key, {}).update(values)
-    return ExtraScores(tasks=tasks, metrics=tuple(owner), sources=sources, files=tuple(p.name for p in files))
+    return ExtraScores(tasks=tasks, metrics=tuple(owner), sources=sources, files=tuple(p.name for p in files),
+                       meta=metas)

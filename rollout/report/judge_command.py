@@ -22,7 +22,6 @@ from rich.text import Text
 from rollout.console import percent
 from rollout.errors import RolloutError
 from rollout.records import TaskKey, TaskResult
-from rollout.report.compare import find_runs
 from rollout.report.judge import (
     Judge,
     JudgeRecord,
@@ -43,6 +42,7 @@ from rollout.report.judge_store import (
     write_scores,
 )
 from rollout.report.rescore import rescore
+from rollout.report.run_folders import find_runs
 from rollout.report.scoring import is_scored
 from rollout.run_folder import iter_trajectory, read_config
 

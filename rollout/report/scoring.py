@@ -28,7 +28,9 @@ Extra metrics: a run's scores files (`scores/*.jsonl`, `rollout.report.extra_sco
 add metrics after the built-in ones. They join `metrics`, `by_repeat`, `by_hops`, `by_style` and `ci95` alike, over
 the scored records that have a value; an extra metric whose every value is 0 or 1 gets its pass@k too
 (`pass_at_k_by_metric`). When answers state their confidence (`Confidence: 85%`), `calibration` says how well it
-matches their correctness (`rollout.report.calibration`).
+matches their correctness (`rollout.report.calibration`). A BrowseComp-Plus run (its questions carry
+`evidence_doc_ids`, or its agent called `search` / `get_document`) gets its leaderboard's numbers in a block of their
+own, `browsecomp_plus` (`rollout.report.browsecomp_leaderboard`).
 """
 
 from __future__ import annotations
@@ -45,15 +47,18 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.accounting import AGENT
-from rollout.agents.context_window import FIX as CONTEXT_FIX
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
+from rollout.report.browsecomp_leaderboard import BrowseCompPlusTally, judge_of, print_block
 from rollout.report.calibration import CalibrationTally, calibration_line, correctness_metric, task_confidence
+from rollout.report.context_overflow import ContextOverflowTally
 from rollout.report.costs import AccountingTally
+from rollout.report.endpoint import EndpointTally, endpoint_line
 from rollout.report.tool_reach import ToolReachTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
+from rollout.report.unfinished import UnfinishedCalls
 from rollout.summary import (
     BUILTIN_METRICS,
     RepeatStats,
@@ -148,7 +153,7 @@ def metric_interval(values: Sequence[float], level: float = CI_LEVEL) -> tuple[f
 class _Tally:
     """Everything the summary needs, added record by record (see `rollout.report.running`)."""
 
-    def __init__(self, score_failed: bool, extra: ExtraScores) -> None:
+    def __init__(self, score_failed: bool, extra: ExtraScores, unfinished: UnfinishedCalls | None = None) -> None:
         self.score_failed = score_failed
         self.extra = extra
         self.metrics = (*METRICS, *extra.metrics)
@@ -158,7 +163,7 @@ class _Tally:
         self.out_of_turns = 0
         self.out_of_context = 0
         self.no_answer_tag = 0
-        self.context_message: str | None = None
+        self.overflows = ContextOverflowTally()
         self.max_repeat = -1
         self.calls: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
@@ -170,23 +175,28 @@ class _Tally:
         self.right_by = {m: CorrectPerQuestion() for m in extra.metrics}
         """Per extra metric, for its pass@k: dropped once a value other than 0 or 1 is met."""
         self.calibration = CalibrationTally(correctness_metric(self.metrics))
+        self.browsecomp = BrowseCompPlusTally(judge_of(extra))
         self.tokens = ExactSum()
         self.cost = ExactSum()
         self.accounting = AccountingTally()
         self.tool_reach = ToolReachTally()
+        self.endpoint = EndpointTally()
+        self.unfinished = unfinished
 
     def add(self, r: TaskResult) -> None:
         row = score_task(r, score_failed=self.score_failed, extra=self.extra)
         self.n += 1
         self.accounting.add(r)
         self.tool_reach.add(r)
+        self.endpoint.add(r)
+        if self.unfinished is not None:
+            self.unfinished.finished(r)
         self.statuses[r.status] += 1
         self.truncated += row["truncated"]
         self.out_of_turns += row["out_of_turns"]
         self.out_of_context += row["out_of_context"]
         self.no_answer_tag += row["no_answer_tag"]
-        if r.out_of_context and self.context_message is None:
-            self.context_message = r.stop_message
+        self.overflows.add(r)
         self.max_repeat = max(self.max_repeat, r.repeat)
         self.calls.update(c.name for c in r.tool_calls)
         self.failed.update(c.name for c in r.tool_calls if not c.ok)
@@ -197,6 +207,7 @@ class _Tally:
             self.cost.add(row["cost_usd"])
         for key, grouped in self.by.items():
             grouped.see(row[key])
+        self.browsecomp.add(r, row, counted=row["scored"])
         if not row["scored"]:
             return
         self.scored.add(row)
@@ -241,6 +252,7 @@ def summarize(
     results: Iterable[TaskResult], *, mode: str, gateway_file: str, wall_time_s: float, complete: bool = True,
     score_failed: bool = False, deterministic_agent: bool | None = None, degraded_tools: dict[str, str] | None = None,
     extra: ExtraScores | None = None, scorers: Sequence[str] = (), tools_offered: int | None = None,
+    max_turns: int | None = None, unfinished: UnfinishedCalls | None = None,
 ) -> RunSummary:
     """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
     overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens, where the tasks'
@@ -249,13 +261,16 @@ def summarize(
 
     `score_failed` scores failed tasks as wrong answers instead of leaving them out;
     `deterministic_agent`, `degraded_tools` (name → reason, as the gateway listed the tools) and `tools_offered` (how
-    many) are copied as is: the caller knows whether the agent samples, and which tools it was offered. `extra` holds
+    many) are copied as is: the caller knows whether the agent samples, and which tools it was offered; `max_turns` is
+    the agent's `agent.max_turns` (None when not known), which tells a run that left no turn for tools. `extra` holds
     the run's scores files (`read_scores`), `scorers` the run's own scorers as configured (recorded in `scoring`).
+    `unfinished` holds an interrupted run's ledger calls (`rollout.report.unfinished`): those of the tasks no record
+    holds are the summary's `unfinished_calls`.
 
     Calibration reads each record's messages: records read without them (`iter_trajectory` drops them unless
     kept) are calibrated from their prediction alone."""
     extra = extra or ExtraScores()
-    tally = _Tally(score_failed, extra)
+    tally = _Tally(score_failed, extra, unfinished)
     for r in results:
         tally.add(r)
     repeats = tally.max_repeat + 1
@@ -291,20 +306,21 @@ def summarize(
         accounting=tally.accounting.summary(),
         degraded_tools=dict(degraded_tools or {}),
         tools_offered=tools_offered,
-        warnings=_warnings(tally, tools_offered),
+        warnings=_warnings(tally, tools_offered, max_turns),
         calibration=tally.calibration.summary(),
+        browsecomp_plus=tally.browsecomp.summary(),
         scoring=ScoringSettings(scorers=list(scorers), score_files=list(extra.files),
                                 extra_metrics={m: extra.sources[m] for m in extra.metrics}),
+        llm_endpoint=tally.endpoint.summary(),
+        unfinished_calls={} if unfinished is None else unfinished.tools(),
     )
 
 
-def _warnings(tally: _Tally, tools_offered: int | None) -> list[str]:
+def _warnings(tally: _Tally, tools_offered: int | None, max_turns: int | None) -> list[str]:
     """The summary's warnings: what makes its numbers mean less than they seem, each with its fix."""
     warnings = []
-    if tally.out_of_context:
-        said = f" (the server said: {tally.context_message!r})" if tally.context_message else ""
-        warnings.append(f"{tally.out_of_context} of {tally.n} tasks ran out of the model's context window and are "
-                        f"scored as the answer they had{said}: {CONTEXT_FIX}")
+    if (overflowed := tally.overflows.warning(tally.n)) is not None:
+        warnings.append(overflowed)
     if tally.no_answer_tag:
         warnings.append(f"{tally.no_answer_tag} of {tally.n} tasks ended with no complete answer tag in the final "
                         "message (agent.answer_tag) and are scored as the answer \"\", as the training reward scores "
@@ -312,7 +328,13 @@ def _warnings(tally: _Tally, tools_offered: int | None) -> list[str]:
                         "prompt's request for the tag")
     if (unseen := tally.tool_reach.warning()) is not None:
         warnings.append(unseen)
-    if tools_offered and tally.n and not tally.call_count:
+    if tools_offered and tally.n and not tally.call_count and max_turns == 1:
+        # The agent's one turn is its answering turn (agent=openai sends it with tool_choice "none"): rollout withheld
+        # the tools, whatever the server would have done with them.
+        warnings.append(f"the run offered {tools_offered} tools and no task made a single tool call: agent.max_turns=1 "
+                        "leaves the agent no turn for tools (its one turn is the answering turn), so every answer is "
+                        "closed-book; set agent.max_turns=2 or more to let it search")
+    elif tools_offered and tally.n and not tally.call_count:
         warnings.append(f"the run offered {tools_offered} tools and no task made a single tool call: the LLM server "
                         "may not pass the tools to the model (llama.cpp's server needs --jinja; vLLM "
                         "--enable-auto-tool-choice --tool-call-parser NAME), or the model does not call them; "
@@ -342,7 +364,8 @@ def _repeats_line(summary: RunSummary) -> str | None:
 
 
 def _tools_table(summary: RunSummary) -> Table:
-    """Calls and failures per tool; with accounting, each tool's stage and its mean cost per call."""
+    """Calls and failures per tool, those of an interrupted run's unfinished tasks included; with accounting, each
+    tool's stage and its mean cost per call (over the records' calls)."""
     costs = summary.accounting.tools if summary.accounting is not None else {}
     with_llm = any(t.llm_tokens_per_call for t in costs.values())
     columns = ["tool", "calls", "failed"]
@@ -351,7 +374,7 @@ def _tools_table(summary: RunSummary) -> Table:
     tools = Table(title="tool calls", title_justify="left")
     for col in columns:
         tools.add_column(col, justify="left" if col in ("tool", "stage") else "right")
-    for name, use in summary.tool_calls.items():
+    for name, use in _every_call(summary).items():
         row = [name, str(use.calls), str(use.failed)]
         if costs:
             t = costs.get(name)
@@ -359,9 +382,27 @@ def _tools_table(summary: RunSummary) -> Table:
                 t.stage or "-", _num(t.context_tokens_per_call, 1),
                 *([_num(t.llm_tokens_per_call, 1)] if with_llm else []), _num(t.latency_ms_per_call, 1)]
         tools.add_row(*row)
-    if not summary.tool_calls:
+    if not summary.tool_calls and not summary.unfinished_calls:
         tools.add_row("(none)", "0", "0", *["-"] * (len(columns) - 3))
     return tools
+
+
+def _every_call(summary: RunSummary) -> dict[str, ToolUse]:
+    """The records' calls per tool and, after Ctrl-C, those the unfinished tasks made: each call counted once."""
+    none = ToolUse(0, 0)
+    records, unfinished = summary.tool_calls, summary.unfinished_calls
+    return {name: ToolUse(records.get(name, none).calls + unfinished.get(name, none).calls,
+                          records.get(name, none).failed + unfinished.get(name, none).failed)
+            for name in sorted({*records, *unfinished})}
+
+
+def _unfinished_line(summary: RunSummary) -> str | None:
+    """E.g. "Interrupted: 33 of these tool calls were made by tasks that had not finished ..."; None without any."""
+    n = sum(t.calls for t in summary.unfinished_calls.values())
+    if not n:
+        return None
+    return (f"Interrupted: {n} of these tool calls were made by tasks that had not finished, counted from the "
+            "gateway's ledger (tool_stats/); no record holds them")
 
 
 def _num(v: float | None, digits: int) -> str:
@@ -405,9 +446,13 @@ def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = 
     console.print(table)
     if summary.calibration is not None:
         console.print(calibration_line(summary.calibration), markup=False, highlight=False)
+    if summary.browsecomp_plus is not None:
+        print_block(console, summary.browsecomp_plus, out_dir)
     if line := _repeats_line(summary):
         console.print(line, markup=False, highlight=False)
     console.print(_tools_table(summary))
+    if line := _unfinished_line(summary):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in [*degraded_lines(summary.degraded_tools), *(f"Warning: {w}" for w in summary.warnings)]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if tokens := summary.tokens:
@@ -415,4 +460,6 @@ def print_summary(summary: RunSummary, out_dir: Path, console: Console | None = 
         console.print(f"Tokens: {tokens.total:,} ({tokens.per_task:,.0f} per task{cost})")
     if summary.accounting is not None:
         console.print(_accounting_line(summary.accounting), markup=False, highlight=False)
+    if summary.llm_endpoint is not None:
+        console.print(endpoint_line(summary.llm_endpoint), markup=False, highlight=False, soft_wrap=True)
     console.print(f"Results: {Path(out_dir).resolve()}")

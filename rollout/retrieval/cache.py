@@ -17,12 +17,20 @@ from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
 from rollout.retrieval.dense import DenseRetriever
+from rollout.retrieval.doc_passages import BestPassageRetriever, passage_view
 from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.retrieval.hybrid import HybridRetriever
 from rollout.retrieval.lucene import LuceneRetriever, corpus_rows_of
-from rollout.retrieval.params import DenseParams, RetrievalParams
+from rollout.retrieval.params import DenseParams, RetrievalParams, check_dense_source
 from rollout.retrieval.ray_build import RayBuild, build_dense_on_ray, ray_tokenizer
 from rollout.retrieval.sparse import BM25Retriever
+from rollout.retrieval.tevatron_shards import (
+    check_cached_width,
+    open_shard_index,
+    read_shards_into,
+    shard_paths,
+    shards_cache_params,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +76,8 @@ def dense_cache_params(params: DenseParams, encoder: TextEncoder) -> dict[str, A
         "passage_prefix": encoder.passage_prefix,
         "index": params.index,
     }
+    if params.pooling is not None:  # only when set: keys of indexes built before the setting existed stay valid
+        key["pooling"] = params.pooling
     # Encoders that declare no backend (test doubles, user encoders) compute vectors like torch does.
     backend = getattr(encoder, "backend", "torch")
     if backend != "torch":
@@ -97,8 +107,11 @@ def load_or_build_indexes(
     index, so it returns all three. A cache directory is named `<kind>-<first 16 hex of the
     key>`; the key covers the corpus (ids and contents) and `dense_cache_params` or
     `BM25Retriever.cache_params`. With `params.dense.index_path` set, the dense index is that
-    file (not cached); with `params.sparse.index_path` set, the sparse one is that Pyserini Lucene
-    index. With no `encoder`, one is loaded from `params.dense` only when needed.
+    file (not cached); with `params.dense.tevatron_shards` set, it is those shards, read once into the cache
+    (`rollout.retrieval.tevatron_shards`); with `params.sparse.index_path` set, the sparse one is that Pyserini Lucene
+    index. With `params.dense.passage_tokens` set, the dense index holds passages cut from the rows and answers
+    with rows, each by its best passage (`rollout.retrieval.doc_passages`). With no `encoder`, one is loaded from
+    `params.dense` only when needed.
     `corpus_path` only names the corpus file in error messages. With `on_ray`, an index that must be built is
     built on the connected Ray cluster (`rollout.retrieval.ray_build`): the same index, cached the same way.
     """
@@ -112,7 +125,13 @@ def load_or_build_indexes(
     retrievers: dict[str, Retriever] = {}
     if "dense" in kinds:
         enc = _make_encoder(params.dense, cache_dir) if encoder is None else encoder
-        retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path, on_ray)
+        if params.dense.passage_tokens is None:
+            retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path, on_ray)
+        else:  # passages of the rows, encoded; the rows ranked by their best (not built on Ray: a view has no store)
+            view = passage_view(passages, corpus_hash, cache_dir, params.dense.passage_tokens,
+                                params.dense.passage_overlap)
+            retrievers["dense"] = BestPassageRetriever(
+                _dense(view, cache_dir, view.fingerprint, params.dense, enc, corpus_path), view)
     if "sparse" in kinds and params.sparse.index_path is not None:
         started = time.perf_counter()
         retrievers["sparse"] = LuceneRetriever.open(
@@ -167,6 +186,8 @@ def _dense(
             retriever.num_passages, params.index_path, time.perf_counter() - started,
         )
         return retriever
+    if params.tevatron_shards is not None:
+        return _dense_from_shards(passages, cache_dir, corpus_hash, params, encoder)
     key_params = dense_cache_params(params, encoder)
     return _load_or_build(
         cache_dir / f"dense-{params.index}-{cache_key('dense', corpus_hash, key_params)[:16]}",
@@ -177,6 +198,27 @@ def _dense(
         build_into=None if on_ray is None else (
             lambda path: build_dense_on_ray(passages, encoder, params, cache_dir, path, on_ray)),
         load=lambda path: DenseRetriever.load(path, encoder=encoder, params=params),
+    )
+
+
+def _dense_from_shards(
+    passages: Sequence[Passage], cache_dir: Path, corpus_hash: str, params: DenseParams, encoder: TextEncoder
+) -> DenseRetriever:
+    """The index read from Tevatron shards: from the cache, else read once (no encoding; not built on Ray)."""
+    assert params.tevatron_shards is not None
+    check_dense_source(params)
+    paths = shard_paths(params.tevatron_shards)
+    key_params = shards_cache_params(paths)
+    final = cache_dir / f"dense-shards-{cache_key('dense', corpus_hash, key_params)[:16]}"
+    check_cached_width(final, encoder, params.tevatron_shards)
+    return _load_or_build(
+        final,
+        "dense",
+        key_params,
+        len(passages),
+        build_into=lambda path: read_shards_into(path, paths, passages, encoder=encoder, params=params),
+        load=lambda path: open_shard_index(path, encoder=encoder, params=params),
+        rows_are_passages=False,
     )
 
 
@@ -195,7 +237,7 @@ def _check_which(which: Iterable[str]) -> list[str]:
 
 
 def _load_checked(
-    final: Path, kind: str, num_passages: int, load: Callable[[Path], _R]
+    final: Path, kind: str, num_passages: int, load: Callable[[Path], _R], rows_are_passages: bool = True
 ) -> tuple[_R | None, str | None]:
     """The cached index, or None and why it cannot be used (unreadable, truncated, or of another corpus size)."""
     try:
@@ -204,7 +246,7 @@ def _load_checked(
     # whatever the type, the entry is rebuilt rather than the run stopped.
     except Exception as e:  # noqa: BLE001
         return None, f"{type(e).__name__}: {e}"
-    if retriever.num_passages != num_passages:
+    if rows_are_passages and retriever.num_passages != num_passages:
         return None, f"it holds {retriever.num_passages} passages, the corpus has {num_passages}"
     return retriever, None
 
@@ -232,12 +274,14 @@ def _load_or_build(
     build: Callable[[], _R] | None = None,
     build_into: Callable[[Path], _R] | None = None,
     load: Callable[[Path], _R],
+    rows_are_passages: bool = True,
 ) -> _R:
     """The index cached at `final`, else one made by `build` (then saved) or by `build_into` (which writes its files
-    into the directory it is given), cached there for the next run."""
+    into the directory it is given), cached there for the next run. With `rows_are_passages` false (an index of
+    labelled rows, some passages without one) its row count is not compared with the corpus'."""
     if final.is_dir():
         started = time.perf_counter()
-        retriever, problem = _load_checked(final, kind, num_passages, load)
+        retriever, problem = _load_checked(final, kind, num_passages, load, rows_are_passages)
         if retriever is not None:
             seconds = time.perf_counter() - started
             logger.info("loaded %s index (%d passages) from %s in %.2f s", kind, num_passages, final, seconds)

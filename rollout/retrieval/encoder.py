@@ -15,7 +15,8 @@ from typing import Protocol
 import numpy as np
 
 from rollout.errors import RetrievalError
-from rollout.retrieval.params import DenseParams, check_encoder_backend
+from rollout.retrieval.model_dtype import float32_weights
+from rollout.retrieval.params import POOLING_MODES, DenseParams, check_encoder_backend, check_pooling
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +70,16 @@ def load_encoder(params: DenseParams, *, cache_dir: Path | None = None) -> TextE
     model_id = bundled_model_path() if params.encoder is None else str(params.encoder)
     folder = ensure_exported(model_id, params.backend, cache_dir or default_cache_dir())
     return OnnxEncoder(folder, query_prefix=params.query_prefix, passage_prefix=params.passage_prefix,
-                       batch_size=params.batch_size)
+                       batch_size=params.batch_size,
+                       pooling=None if params.pooling is None else POOLING_MODES[params.pooling])
 
 
 class Encoder:
     """A sentence-transformers model loaded from local files only, with optional prefixes.
 
-    Models such as e5 expect "query: " / "passage: " prefixes; all-MiniLM-L6-v2 expects none.
+    Models such as e5 expect "query: " / "passage: " prefixes; all-MiniLM-L6-v2 expects none. `pooling` (one of
+    `POOLING_MODES`) replaces the pooling the model's config names: a Hugging Face model without a
+    sentence-transformers config is pooled by its mean, where Qwen3-Embedding needs its last token.
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class Encoder:
         passage_prefix: str = "",
         batch_size: int = 64,
         device: str = "cpu",
+        pooling: str | None = None,
     ) -> None:
         # Imported here because torch + transformers take seconds to import, and processes that
         # only talk to a gateway import this package without ever encoding anything.
@@ -93,6 +98,7 @@ class Encoder:
 
         if batch_size < 1:
             raise RetrievalError(f"batch_size must be at least 1, got {batch_size}")
+        check_pooling(pooling)
         self.model_id = bundled_model_path() if model_name_or_path is None else str(model_name_or_path)
         self.backend = "torch"
         self.query_prefix = query_prefix
@@ -107,6 +113,10 @@ class Encoder:
                 "pass a local model directory, or download the model into the Hugging Face cache first, "
                 "or leave the model unset to use the bundled all-MiniLM-L6-v2"
             ) from e
+        if device == "cpu":
+            float32_weights(self._model)
+        if pooling is not None:
+            _replace_pooling(self._model, POOLING_MODES[pooling], self.model_id)
         dimension = self._model.get_embedding_dimension()
         if dimension is None:
             raise RetrievalError(
@@ -124,6 +134,7 @@ class Encoder:
             passage_prefix=params.passage_prefix,
             batch_size=params.batch_size,
             device=device,
+            pooling=params.pooling,
         )
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -148,3 +159,21 @@ class Encoder:
             normalize_embeddings=True,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _replace_pooling(model: object, mode: str, model_id: str) -> None:
+    """Swap the model's Pooling module for one pooling with sentence-transformers' `mode`, over the same width."""
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:  # sentence-transformers before 6 keeps its modules here
+        from sentence_transformers.models import Pooling
+
+    for name, module in model._modules.items():  # type: ignore[attr-defined]
+        if isinstance(module, Pooling):
+            # The width is named embedding_dimension from sentence-transformers 6 on, word_embedding_dimension before.
+            width = getattr(module, "embedding_dimension", None) or module.word_embedding_dimension
+            model._modules[name] = Pooling(width, pooling_mode=mode)  # type: ignore[attr-defined]
+            return
+    raise RetrievalError(
+        f"model {model_id!r} has no Pooling module to apply retriever.dense.pooling to; unset the setting"
+    )

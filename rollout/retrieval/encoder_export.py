@@ -7,7 +7,7 @@ Later loads find the cached folder and never import torch or sentence-transforme
 normalisation) from the `pipeline.json` written here.
 
 Only pipelines this package reproduces exactly are exported: a Transformer module, one Pooling mode
-(mean, cls, max or mean_sqrt_len_tokens), optionally Normalize, and no default prompt. Anything else
+(mean, cls, max, mean_sqrt_len_tokens or lasttoken), optionally Normalize, and no default prompt. Anything else
 is refused with the advice to use `retriever.dense.backend=torch`. Each export is checked against
 sentence-transformers' own `encode` on probe texts before it is cached.
 """
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 ONNX_BACKENDS: tuple[str, ...] = ("onnx", "onnx-int8")
 """Backends served by an exported ONNX graph; `onnx-int8` has int8 weights (dynamic quantization)."""
 
-_POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens")
+_POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens", "lasttoken")
 _MIN_FP32_COSINE = 0.9999
 """The float32 graph computes what torch computes; anything further off is a broken export."""
 _MIN_INT8_COSINE = 0.95
@@ -132,11 +132,14 @@ def _export(model_id: str, source: Path, backend: str, out: Path) -> ExportedPip
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from rollout.retrieval.model_dtype import float32_weights
+
     started = time.perf_counter()
     try:
         model = SentenceTransformer(str(source), device="cpu", local_files_only=True)
     except (OSError, ValueError) as e:
         raise RetrievalError(f"cannot load {model_id!r} from {source} to export it ({e})") from e
+    float32_weights(model)  # the graph is exported in float32, whatever the checkpoint's dtype
     transformer, pooling = _check_pipeline(model, model_id)
     tokenizer = getattr(transformer.tokenizer, "backend_tokenizer", None)
     if tokenizer is None:

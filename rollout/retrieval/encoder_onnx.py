@@ -52,7 +52,7 @@ class ExportedPipeline:
     lowercase: bool
     """sentence-transformers' `do_lower_case`: lower-case texts before tokenizing."""
     pooling: str
-    """One of mean, cls, max, mean_sqrt_len_tokens."""
+    """One of mean, cls, max, mean_sqrt_len_tokens, lasttoken."""
     pad_id: int
     """Token id that pads shorter texts in a batch (the tokenizer's `pad_token_id`)."""
     input_names: tuple[str, ...]
@@ -89,7 +89,10 @@ class OnnxEncoder:
         query_prefix: str = "",
         passage_prefix: str = "",
         batch_size: int = 64,
+        pooling: str | None = None,
     ) -> None:
+        """`pooling` (a sentence-transformers mode) replaces the exported model's own; it applies to the hidden
+        states the graph returns, so the export stays the same."""
         if batch_size < 1:
             raise RetrievalError(f"batch_size must be at least 1, got {batch_size}")
         folder = Path(folder)
@@ -126,6 +129,7 @@ class OnnxEncoder:
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=self.pipeline.max_seq_length)
         self._pad_id = self.pipeline.pad_id
+        self._pooling = self.pipeline.pooling if pooling is None else pooling
         logger.debug("loaded %s encoder %s (%d-d) from %s", self.backend, self.model_id, self.dimension, folder)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -169,7 +173,7 @@ class OnnxEncoder:
                 array[row, :n] = getattr(encoding, field)
         feeds = {name: arrays[_FEEDS[name]] for name in self.pipeline.input_names}
         (hidden,) = self._session.run(None, feeds)
-        return _normalise(_pool(hidden, arrays["attention_mask"], self.pipeline.pooling))
+        return _normalise(_pool(hidden, arrays["attention_mask"], self._pooling))
 
 
 def _session_options() -> ort.SessionOptions:
@@ -185,6 +189,11 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     """sentence-transformers' Pooling for one mode, over the tokens the attention mask keeps."""
     if mode == "cls":
         return hidden[:, 0]
+    if mode == "lasttoken":
+        # The last position the mask keeps, wherever the padding is (this encoder pads on the right; a causal model's
+        # last real token never saw the padding after it).
+        last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1] > 0, axis=1)
+        return hidden[np.arange(len(hidden)), last]
     weights = mask[:, :, None].astype(np.float32)
     if mode == "max":
         return np.where(weights > 0, hidden, np.float32(-1e9)).max(axis=1)

@@ -8,6 +8,12 @@ into `output_dir` (default results/retrieval_eval/<dataset>; a sweep puts one su
 Against the questions' gold passages (`metadata.gold_doc_ids`, matched on passage or source
 document id) where they carry them; otherwise a hit is a top-k passage containing a gold
 answer (normalised), and recall is not defined.
+
+Where qrels are known (TREC qrels files as `qrels.<name>=PATH`, or questions carrying BrowseComp-Plus'
+`metadata.evidence_doc_ids`), each retriever's documents are also written as a TREC run file, run.<retriever>.trec
+(`trec.depth` documents per query, passages ranked up to their documents by their best score), and scored against
+each qrels as `trec_eval -c` scores it (`rollout.retrieval.trec`): a second table, and a `trec` object in each
+retriever's row of retrieval_eval.json. `trec.run_file=true|false` forces it on or off.
 """
 
 from __future__ import annotations
@@ -31,13 +37,17 @@ from rich.table import Table
 
 from rollout.console import ReadableConsole
 from rollout.data import CorpusStore, open_corpus
-from rollout.errors import RolloutError
+from rollout.errors import DataError, RolloutError
 from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity, parse_verbose
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.records import Passage, Question
 from rollout.report.metrics import normalize_answer
 from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
+from rollout.retrieval.document_run import document_run
+from rollout.retrieval.trec import (BROWSECOMP_PLUS_MEASURES, Measure, Qrels, TrecScores, binary_qrels, read_qrels,
+                                    write_qrels, write_run)
+from rollout.retrieval.trec import evaluate as trec_evaluate
 from rollout.run.dataset import DatasetConfig, prepare_data
 
 logger = logging.getLogger(__name__)
@@ -45,6 +55,9 @@ logger = logging.getLogger(__name__)
 KINDS = ("dense", "sparse", "hybrid")
 RESULTS_JSON = "retrieval_eval.json"
 RESULTS_CSV = "retrieval_eval.csv"
+QRELS_FROM_METADATA = "evidence_doc_ids"
+"""The question metadata that turns the TREC block on by itself (`trec.run_file=auto`): BrowseComp-Plus' evidence
+documents. `gold_doc_ids` alone does not: many question sets carry it, and their table stays as it was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +137,94 @@ def evaluate(retrievers: dict[str, Retriever], questions: Sequence[Question], pa
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class RetrieverTrec:
+    """One retriever's TREC run file and its measures against each qrels."""
+
+    retriever: str
+    run_file: Path
+    """run.<retriever>.trec in the output folder."""
+    depth: int
+    """Documents per query in the run file (fewer where the retriever found fewer)."""
+    tag: str
+    """The run file's last column."""
+    scores: dict[str, TrecScores]
+    """Qrels name (`evidence`, `gold`, ...) -> the run's measures against it."""
+
+    def to_json(self, qrels_files: dict[str, Path]) -> dict[str, Any]:
+        """The `trec` object of the retriever's row in retrieval_eval.json; `leaderboard` names each number as
+        BrowseComp-Plus' retrieval leaderboard does ("Evidence Recall@5", "Gold nDCG@10")."""
+        return {
+            "run_file": self.run_file.name, "depth": self.depth, "tag": self.tag,
+            "qrels": {name: {"file": qrels_files[name].name, "queries": s.queries, "missing": s.missing, **s.mean}
+                      for name, s in self.scores.items()},
+            "leaderboard": {f"{name.title()} {m}": v for name, s in self.scores.items() for m, v in s.mean.items()},
+        }
+
+
+def _doc_ids(value: Any) -> list[str]:
+    """A metadata list of docids (one docid alone counts as a list of one)."""
+    if value is None:
+        return []
+    return [str(value)] if isinstance(value, (str, int)) else [str(d) for d in value]
+
+
+def gather_qrels(questions: Sequence[Question], files: dict[str, str | None]) -> dict[str, Qrels]:
+    """Each named qrels, restricted to the questions evaluated: the TREC qrels file given for the name, as it is
+    (graded judgments kept), else the questions' `metadata.<name>_doc_ids` judged relevant (1). A name that neither
+    gives is left out."""
+    ids = [q.id for q in questions]
+    out: dict[str, Qrels] = {}
+    for name, path in files.items():
+        if path:
+            judged = read_qrels(path)
+            kept = {qid: judged[qid] for qid in ids if qid in judged}
+            if not kept:
+                raise DataError(f"qrels.{name}={path}: none of its {len(judged)} queries is among the "
+                                f"{len(ids)} questions (ids such as {', '.join(ids[:3])}); give the qrels of this "
+                                "question set")
+            if len(kept) < len(judged):  # e.g. dataset.limit: a leaderboard averages over all of them
+                logger.info("qrels.%s: %d of its %d queries are among the questions evaluated; the averages are over "
+                            "those", name, len(kept), len(judged))
+            out[name] = kept
+        elif any(f"{name}_doc_ids" in q.metadata for q in questions):
+            out[name] = binary_qrels({q.id: _doc_ids(q.metadata.get(f"{name}_doc_ids")) for q in questions})
+    return out
+
+
+def trec_runs(retrievers: dict[str, Retriever], questions: Sequence[Question], passages: Sequence[Passage],
+              qrels: dict[str, Qrels], *, depth: int, measures: Sequence[Measure],
+              out_dir: Path) -> list[RetrieverTrec]:
+    """Each retriever's run file, run.<retriever>.trec in `out_dir`, scored against every qrels."""
+    ids, texts = [q.id for q in questions], [q.question for q in questions]
+    rows = []
+    for name, retriever in retrievers.items():
+        run = document_run(retriever, ids, texts, passages, depth)
+        tag = f"rollout-{name}"
+        path = write_run(out_dir / f"run.{name}.trec", run, tag)
+        rows.append(RetrieverTrec(name, path, depth, tag,
+                                  {q: trec_evaluate(run, judged, measures) for q, judged in qrels.items()}))
+    return rows
+
+
+def print_trec_table(rows: Sequence[RetrieverTrec], console: Console | None = None) -> None:
+    """One line per retriever and qrels: the measures `trec_eval -c` reports for its run file."""
+    console = console or ReadableConsole()
+    if not rows:
+        return
+    names = list(next(iter(rows[0].scores.values())).mean) if rows[0].scores else []
+    table = Table(title=f"TREC run files · {rows[0].depth} documents per query · as trec_eval -c",
+                  title_justify="left")
+    for header in ("retriever", "qrels", "queries", *names):
+        table.add_column(header, justify="left" if header in ("retriever", "qrels") else "right")
+    for r in rows:
+        for qrels_name, s in r.scores.items():
+            table.add_row(r.retriever, qrels_name, str(s.queries), *[f"{s.mean[m]:.4f}" for m in names])
+    if rows[0].scores:
+        console.print(table)
+    console.print(f"Run files: {', '.join(r.run_file.name for r in rows)}", markup=False, highlight=False)
+
+
 def print_table(rows: Sequence[RetrieverScores], console: Console | None = None) -> None:
     console = console or ReadableConsole()
     ks = sorted(rows[0].hit) if rows else []
@@ -142,11 +243,15 @@ def print_table(rows: Sequence[RetrieverScores], console: Console | None = None)
     console.print(table)
 
 
-def write_results(rows: Sequence[RetrieverScores], out_dir: Path) -> list[Path]:
-    """The printed table as retrieval_eval.json (typed, one object per retriever) and retrieval_eval.csv."""
+def write_results(rows: Sequence[RetrieverScores], out_dir: Path, trec: Sequence[RetrieverTrec] = (),
+                  qrels_files: dict[str, Path] | None = None) -> list[Path]:
+    """The printed table as retrieval_eval.json (typed, one object per retriever) and retrieval_eval.csv; a
+    retriever's TREC run and measures, when made, as the `trec` object of its JSON row (the CSV keeps its columns)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    trec_of = {t.retriever: t.to_json(qrels_files or {}) for t in trec}
     payload = [{**asdict(r), "recall": {str(k): v for k, v in r.recall.items()},
-                "hit": {str(k): v for k, v in r.hit.items()}} for r in rows]
+                "hit": {str(k): v for k, v in r.hit.items()},
+                **({"trec": trec_of[r.retriever]} if r.retriever in trec_of else {})} for r in rows]
     (out_dir / RESULTS_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     ks = sorted(rows[0].hit) if rows else []
     with (out_dir / RESULTS_CSV).open("w", newline="", encoding="utf-8") as f:
@@ -177,9 +282,35 @@ def run_eval(cfg: DictConfig, out_dir: Path | str | None = None) -> list[Retriev
     rows = evaluate({k: built[k] for k in kinds}, data.questions, passages, [int(k) for k in c["ks"]])
     console = ReadableConsole()
     print_table(rows, console)
-    write_results(rows, out)
+    trec, qrels_files = _trec_block(c, {k: built[k] for k in kinds}, data.questions, passages, out, console)
+    write_results(rows, out, trec, qrels_files)
     console.print(f"Results: {out.resolve()}", markup=False, highlight=False)
     return rows
+
+
+def _trec_block(c: dict[str, Any], retrievers: dict[str, Retriever], questions: Sequence[Question],
+                passages: Sequence[Passage], out: Path,
+                console: Console) -> tuple[list[RetrieverTrec], dict[str, Path]]:
+    """The run files and their measures when `trec.run_file` asks for them (`auto`: when qrels are known), with the
+    qrels they were scored against written beside them (qrels.<name>.txt), so any trec_eval can check the numbers."""
+    settings = c.get("trec") or {}
+    files = {str(name): (str(path) if path else None) for name, path in (c.get("qrels") or {}).items()}
+    wanted = settings.get("run_file", "auto")
+    if wanted not in ("auto", True, False):
+        raise RolloutError(f"trec.run_file={wanted!r}: use auto (when qrels are known), true or false")
+    if wanted is False or (wanted == "auto" and not any(files.values())
+                           and not any(QRELS_FROM_METADATA in q.metadata for q in questions)):
+        return [], {}
+    measures = [Measure.parse(m) for m in settings.get("measures") or BROWSECOMP_PLUS_MEASURES]
+    qrels = gather_qrels(questions, files)
+    if not qrels:
+        logger.warning("No qrels: neither qrels.<name>=PATH nor questions carrying metadata.<name>_doc_ids for %s; "
+                       "the run files are written without measures", ", ".join(files) or "any name")
+    qrels_files = {name: write_qrels(out / f"qrels.{name}.txt", judged) for name, judged in qrels.items()}
+    trec = trec_runs(retrievers, questions, passages, qrels, depth=settings.get("depth", 1000), measures=measures,
+                     out_dir=out)
+    print_trec_table(trec, console)
+    return trec, qrels_files
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="retrieval_eval")

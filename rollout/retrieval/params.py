@@ -19,6 +19,35 @@ def check_encoder_backend(backend: object) -> None:
         )
 
 
+POOLING_MODES: dict[str, str] = {"cls": "cls", "last": "lasttoken", "max": "max", "mean": "mean"}
+"""`retriever.dense.pooling` choices and the sentence-transformers pooling mode each names; `last` is the last real
+token's hidden state (Qwen3-Embedding's, Tevatron's `eos`)."""
+
+
+def check_pooling(pooling: object) -> None:
+    """One error naming the choices for an unknown `retriever.dense.pooling` (None keeps the model's own)."""
+    if pooling is not None and pooling not in POOLING_MODES:
+        raise RetrievalError(
+            f"retriever.dense.pooling={pooling!r} is not a pooling mode; choose one of {list(POOLING_MODES)}, "
+            "or null for the pooling the model's own sentence-transformers config names"
+        )
+
+
+def check_dense_source(params: DenseParams) -> None:
+    """One error for settings that name two sources of the dense index, or shards with an index kind they lack."""
+    if params.tevatron_shards is None:
+        return
+    if params.index_path is not None:
+        raise RetrievalError(
+            "retriever.dense.index_path and retriever.dense.tevatron_shards both name the dense index; set only one"
+        )
+    if params.index != "flat":
+        raise RetrievalError(
+            f"retriever.dense.tevatron_shards is read into an exact (flat) index, as BrowseComp-Plus searches it; "
+            f"leave retriever.dense.index=flat (it is {params.index!r})"
+        )
+
+
 DENSE_INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")
 """Values of `retriever.dense.index`."""
 
@@ -28,6 +57,25 @@ def check_dense_index(index: object) -> None:
     if index not in DENSE_INDEX_KINDS:
         choices = ", ".join(DENSE_INDEX_KINDS[:-1]) + " or " + DENSE_INDEX_KINDS[-1]
         raise RetrievalError(f"retriever.dense.index={index!r}: use {choices}")
+
+
+def check_passages(params: DenseParams) -> None:
+    """One error naming the fix for passages that cannot be cut (`passage_tokens`, `passage_overlap`), or that
+    would be cut for an index rollout does not build (its rows are the corpus' rows)."""
+    tokens, overlap = params.passage_tokens, params.passage_overlap
+    if tokens is None:
+        return
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise RetrievalError(f"retriever.dense.passage_tokens={tokens!r} must be a positive integer, or null to "
+                             "encode each corpus row whole")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < tokens:
+        raise RetrievalError(f"retriever.dense.passage_overlap={overlap!r} must be an integer from 0 to "
+                             f"passage_tokens - 1 (= {tokens - 1})")
+    given = [name for name in ("index_path", "tevatron_shards") if getattr(params, name) is not None]
+    if given:
+        raise RetrievalError(f"retriever.dense.passage_tokens={tokens} cuts passages for an index rollout encodes, and "
+                             f"retriever.dense.{given[0]} names one already made (one vector per corpus row); set "
+                             "retriever.dense.passage_tokens=null")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +104,13 @@ class DenseParams:
     encoder: str | None = None
     """sentence-transformers model name or path; None = bundled all-MiniLM-L6-v2."""
     query_prefix: str = ""
+    """Text put before each query: an instruction for models trained with one (e5's "query: ", Qwen3-Embedding's
+    "Instruct: ...\\nQuery:"), joined to the query with nothing between."""
     passage_prefix: str = ""
+    pooling: str | None = None
+    """How token vectors become one vector: None = as the model's sentence-transformers config says (mean for a
+    plain Hugging Face model), or one of `POOLING_MODES` (`last` for Qwen3-Embedding). Changes every vector, so
+    it is part of the run's identity and of a built index's cache key."""
     backend: Literal["torch", "onnx", "onnx-int8"] = "onnx"
     """Who computes the vectors: `onnx` (sentence-transformers' model exported to float32 ONNX, run by
     onnxruntime, no torch at query time), `torch` (sentence-transformers itself) or `onnx-int8` (int8
@@ -76,6 +130,16 @@ class DenseParams:
     """0 = IVFFlat (full vectors); m > 0 = IVFPQ, each vector stored as m codes of 8 bits (m divides the width)."""
     index_path: str | None = None
     """An existing faiss index whose row i is line i of the corpus (FlashRAG / Search-R1 layout)."""
+    tevatron_shards: str | None = None
+    """A glob of Tevatron's pickled `(vectors, docids)` shards (BrowseComp-Plus' prebuilt Qwen3-Embedding indexes),
+    read once into the cache's flat index (`rollout.retrieval.tevatron_shards`). Unpickling can run code: name only
+    shards from a source you trust."""
+    passage_tokens: int | None = None
+    """None: each corpus row is one vector (a long document truncated at the encoder's length, as BrowseComp-Plus
+    encodes its documents). N: rows longer than N whitespace tokens are cut into passages of N tokens (views of the
+    row, `rollout.retrieval.doc_passages`), each encoded, and a row ranks by its best passage."""
+    passage_overlap: int = 0
+    """Tokens consecutive passages of one row share (0 to passage_tokens - 1)."""
     batch_size: int = 64
     """Passages per encoder batch when building."""
     max_query_batch: int = 16
@@ -95,19 +159,33 @@ class HybridParams:
 
 
 @dataclass(frozen=True, slots=True)
+class SnippetParams:
+    """The snippets BrowseComp-Plus' search tool returns (`rollout.gateway.tools.browsecomp`): each document's
+    first `max_tokens` tokens by one named tokenizer."""
+
+    tokenizer: str | None = None
+    """A tokenizer.json, a folder holding one, or a Hugging Face name read from the local cache (BrowseComp-Plus
+    cuts with Qwen/Qwen3-0.6B's); None = the gateway's tokenizer (`tokenizer=`, itself the bundled encoder's
+    WordPiece when null)."""
+    max_tokens: int = 512
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalParams:
     """All index parameters of a run."""
 
     dense: DenseParams = field(default_factory=DenseParams)
     sparse: SparseParams = field(default_factory=SparseParams)
     hybrid: HybridParams = field(default_factory=HybridParams)
+    snippet: SnippetParams = field(default_factory=SnippetParams)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> RetrievalParams:
         """From the `retriever` config section; unknown keys are an error naming the valid ones."""
         data = dict(data or {})
         parts: dict[str, Any] = {}
-        for name, kind in (("dense", DenseParams), ("sparse", SparseParams), ("hybrid", HybridParams)):
+        for name, kind in (("dense", DenseParams), ("sparse", SparseParams), ("hybrid", HybridParams),
+                           ("snippet", SnippetParams)):
             section = dict(data.get(name) or {})
             valid = {f.name for f in fields(kind)}
             unknown = sorted(set(section) - valid)
@@ -121,6 +199,13 @@ class RetrievalParams:
             raise RetrievalError(f"retriever.sparse.backend={params.sparse.backend!r}: use bm25s or rank_bm25")
         check_encoder_backend(params.dense.backend)
         check_dense_index(params.dense.index)
+        check_pooling(params.dense.pooling)
+        check_dense_source(params.dense)
+        check_passages(params.dense)
+        if isinstance(params.snippet.max_tokens, bool) or not isinstance(params.snippet.max_tokens, int) \
+                or params.snippet.max_tokens < 1:
+            raise RetrievalError(f"retriever.snippet.max_tokens={params.snippet.max_tokens!r} must be a positive "
+                                 "integer; BrowseComp-Plus' snippets are 512 tokens")
         return params
 
     def to_dict(self) -> dict[str, Any]:

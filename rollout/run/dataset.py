@@ -11,7 +11,15 @@ from typing import Any, overload
 
 from omegaconf import DictConfig, OmegaConf
 
-from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, materialize_corpus
+from rollout.data import CorpusSpec, DemoKB, QuestionSpec, ensure_demo_kb, materialize_corpus, open_corpus
+from rollout.data.browsecomp_plus import (
+    Qrels,
+    QrelsSpec,
+    check_corpus_spec,
+    read_offline,
+    read_qrels_spec,
+    warn_unknown_docids,
+)
 from rollout.data.loaders import count_question_spec, iter_question_spec
 from rollout.errors import ConfigError
 from rollout.paths import CONF_DIR, PROJECT_ROOT
@@ -26,9 +34,12 @@ class DatasetConfig:
     name: str
     """Experiment name used in the default output folder."""
     kind: str
-    """`demo` (generated knowledge base) or `files` (your corpus and questions)."""
+    """`demo` (generated knowledge base), `files` (your corpus and questions) or `browsecomp_plus` (its corpus,
+    queries and qrels, `rollout.data.browsecomp_plus`)."""
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     questions: QuestionSpec = field(default_factory=QuestionSpec)
+    qrels: QrelsSpec = field(default_factory=QrelsSpec)
+    """BrowseComp-Plus' two judgment files (kind `browsecomp_plus` only)."""
     limit: int | None = None
     """Run only the first N questions."""
     n_passages: int = 2000
@@ -44,7 +55,8 @@ class DatasetConfig:
         try:
             corpus = CorpusSpec(**_with_project_path(d.pop("corpus", None) or {}))
             questions = QuestionSpec(**_with_project_path(d.pop("questions", None) or {}))
-            return cls(corpus=corpus, questions=questions, **d)
+            qrels = QrelsSpec(**_with_project_path(d.pop("qrels", None) or {}, keys=("evidence", "gold")))
+            return cls(corpus=corpus, questions=questions, qrels=qrels, **d)
         except TypeError as e:
             raise ConfigError(f"unexpected dataset setting: {e}. Compare with conf/dataset/files.yaml") from e
 
@@ -52,6 +64,7 @@ class DatasetConfig:
 READ_BY_KIND = {
     "demo": ("name", "kind", "limit", "n_passages", "n_questions", "seed"),
     "files": ("name", "kind", "limit", "corpus", "questions"),
+    "browsecomp_plus": ("name", "kind", "limit", "corpus", "questions", "qrels"),
 }
 """The `dataset.*` settings each kind reads: the generator's, or the corpus and question sources."""
 
@@ -64,25 +77,27 @@ def check_dataset_keys(d: Mapping[str, Any]) -> None:
     kind = d.get("kind")
     read = READ_BY_KIND.get(kind) if isinstance(kind, str) else None
     if read is None:
-        raise ConfigError(f"unknown dataset kind {kind!r}: use kind: demo or kind: files (see conf/dataset/)")
+        raise ConfigError(f"unknown dataset kind {kind!r}: use kind: demo, files or browsecomp_plus "
+                          "(see conf/dataset/)")
     unread = {key: leaves for key in d if key not in read and (leaves := _leaves(key, d[key]))}
     if not unread:
         _check_source_keys(d)
         return
     keys = ", ".join(next(iter(unread.values())))
-    reads = ", ".join(f"dataset.{k}" + (".*" if k in ("corpus", "questions") else "") for k in read[2:])
+    reads = ", ".join(f"dataset.{k}" + (".*" if k in SOURCE_SPECS else "") for k in read[2:])
     if kind == "demo":
         fix = ("for your own corpus and questions choose dataset=files: python -m rollout dataset=files "
                "dataset.corpus.path=<folder or file> dataset.questions.path=<file>"
                if {"corpus", "questions"} & set(unread) else "remove it")
         raise ConfigError(f"{keys} is not read by the built-in knowledge base (dataset=demo, which reads {reads}), "
                           f"so it would change nothing; {fix}")
-    raise ConfigError(f"{keys} is not read by a dataset of files (kind: files, which reads {reads}), so it would "
+    what = "BrowseComp-Plus" if kind == "browsecomp_plus" else "a dataset of files"
+    raise ConfigError(f"{keys} is not read by {what} (kind: {kind}, which reads {reads}), so it would "
                       "change nothing; remove it (the built-in knowledge base, dataset=demo, has n_passages, "
-                      "n_questions and seed)")
+                      "n_questions and seed; only dataset=browsecomp_plus has qrels)")
 
 
-SOURCE_SPECS = {"corpus": CorpusSpec, "questions": QuestionSpec}
+SOURCE_SPECS = {"corpus": CorpusSpec, "questions": QuestionSpec, "qrels": QrelsSpec}
 """The spec each source section of a dataset of files is read into."""
 
 
@@ -143,14 +158,15 @@ def _leaves(key: str, value: Any) -> list[str]:
     return [] if value is None else [f"dataset.{key}"]
 
 
-def _with_project_path(section: dict[str, Any]) -> dict[str, Any]:
+def _with_project_path(section: dict[str, Any], keys: tuple[str, ...] = ("path",)) -> dict[str, Any]:
     section = dict(section)
-    if section.get("path"):
-        p = Path(section["path"]).expanduser()
-        # Paths in shipped configs are relative to the project; the user's may be to their cwd.
-        if not p.is_absolute() and not p.exists() and (PROJECT_ROOT / p).exists():
-            p = PROJECT_ROOT / p
-        section["path"] = str(p)
+    for key in keys:
+        if section.get(key):
+            p = Path(section[key]).expanduser()
+            # Paths in shipped configs are relative to the project; the user's may be to their cwd.
+            if not p.is_absolute() and not p.exists() and (PROJECT_ROOT / p).exists():
+                p = PROJECT_ROOT / p
+            section[key] = str(p)
     return section
 
 
@@ -160,19 +176,23 @@ class QuestionSet(Sequence[Question]):
     A run of a million questions would otherwise keep a million `Question`s (about 1 KB each) for its
     whole length. Constructing one reads the source once: it counts the questions and checks their ids
     (`count_question_spec`), and logs the lines it skips once (unless `warn` is False). Iterating reads it
-    again; indexing reads up to the index.
+    again; indexing reads up to the index. With `qrels` (BrowseComp-Plus), each question comes with its judged
+    documents in its metadata (`Qrels.annotate`).
     """
 
-    def __init__(self, spec: QuestionSpec, limit: int | None = None, *, warn: bool = True):
+    def __init__(self, spec: QuestionSpec, limit: int | None = None, *, warn: bool = True,
+                 qrels: Qrels | None = None):
         self.spec = spec
         self.limit = limit
+        self.qrels = qrels
         self._count = count_question_spec(spec, limit=limit, warn=warn)
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[Question]:
-        return iter_question_spec(self.spec, limit=self.limit)
+        questions = iter_question_spec(self.spec, limit=self.limit)
+        return questions if self.qrels is None else map(self.qrels.annotate, questions)
 
     @overload
     def __getitem__(self, index: int) -> Question: ...
@@ -190,7 +210,8 @@ class QuestionSet(Sequence[Question]):
 
     def whole(self) -> QuestionSet:
         """Every question of the source, whatever the limit."""
-        return self if self.limit is None else QuestionSet(self.spec, warn=False)  # this set's count warned
+        # This set's count warned.
+        return self if self.limit is None else QuestionSet(self.spec, warn=False, qrels=self.qrels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +230,31 @@ def data_sources(ds: DatasetConfig, cache_dir: Path) -> tuple[CorpusSpec, Questi
         kb: DemoKB = ensure_demo_kb(cache_dir, n_passages=ds.n_passages, n_questions=ds.n_questions, seed=ds.seed)
         return (replace(ds.corpus, path=str(kb.corpus_path), hf_name=None),
                 replace(ds.questions, path=str(kb.questions_path), hf_name=None))
-    if ds.kind == "files":
+    if ds.kind in ("files", "browsecomp_plus"):
         return ds.corpus, ds.questions
-    raise ConfigError(f"unknown dataset kind {ds.kind!r}: use kind: demo or kind: files (see conf/dataset/)")
+    raise ConfigError(f"unknown dataset kind {ds.kind!r}: use kind: demo, files or browsecomp_plus "
+                      "(see conf/dataset/)")
 
 
 def prepare_data(ds: DatasetConfig, cache_dir: Path) -> PreparedData:
     """Generate or read the corpus and questions; bad files raise `DataError` naming the fix."""
     corpus, questions = data_sources(ds, cache_dir)
+    if ds.kind == "browsecomp_plus":
+        return prepare_browsecomp_plus(ds, cache_dir)
     return PreparedData(materialize_corpus(corpus, cache_dir), QuestionSet(questions, ds.limit))
+
+
+def prepare_browsecomp_plus(ds: DatasetConfig, cache_dir: Path) -> PreparedData:
+    """BrowseComp-Plus' corpus (read offline when it is the Hugging Face dataset), its queries with their qrels.
+
+    The corpus store is written here, before the gateway that serves it starts (which then maps it): the judged
+    docids are looked up in it, and one the corpus lacks is a counted warning (`warn_unknown_docids`)."""
+    check_corpus_spec(ds.corpus)
+    qrels = read_qrels_spec(ds.qrels)  # a missing judgment file fails before the corpus is read
+    corpus_path = read_offline(lambda: materialize_corpus(ds.corpus, cache_dir), ds.corpus)
+    store = open_corpus(corpus_path, cache_dir)
+    warn_unknown_docids(qrels, lambda ids: (store.rows_of(ids) >= 0).tolist(), ds.corpus.source)
+    return PreparedData(corpus_path, QuestionSet(ds.questions, ds.limit, qrels=qrels))
 
 
 def _question_set_resolver(*, _parent_: DictConfig) -> str:

@@ -87,6 +87,9 @@ RECORDED_LATER: dict[str, Any] = {
     "gateway.default_max_docs": 10, "dataset.corpus.extensions": [".md", ".txt"], "llm.context_window": None,
     "agent.text_tool_calls": "refuse", "agent.tokenizer": None, "agent.answer_tag": None,
     "retriever.sparse.index_path": None,
+    "retriever.dense.pooling": None, "retriever.dense.tevatron_shards": None,
+    "dataset.qrels.evidence": None, "dataset.qrels.gold": None, "retriever.dense.passage_tokens": None,
+    "retriever.dense.passage_overlap": 0, "retriever.snippet.tokenizer": None, "retriever.snippet.max_tokens": 512,
 }
 """Identity keys a run records since they became settings, with the value every run had before: a folder written
 then still resumes. The values are history, not today's defaults, so they never follow a change of default."""
@@ -174,7 +177,7 @@ class RunIdentity:
         old, new = earlier.compared(), self.compared()
         old |= {key: value for key, value in RECORDED_LATER.items() if key in new and key not in old}
         return [
-            f"{key}: {_show(key, old.get(key, _ABSENT))} → {_show(key, new.get(key, _ABSENT))}"
+            "{}: {} → {}".format(key, *_show_change(key, old.get(key, _ABSENT), new.get(key, _ABSENT)))
             for key in sorted(old.keys() | new.keys())
             if old.get(key, _ABSENT) != new.get(key, _ABSENT)
         ]
@@ -197,5 +200,27 @@ def _show(key: str, value: Any) -> str:
         return str(value)[:12]
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:48] + f"… ({sha256_hex(text.encode())[:HASH_CHARS]})"
+
+
+_SHOWN_CHARS = 60
+_BEFORE_CHANGE = 24
+
+
+def _show_change(key: str, old: Any, new: Any) -> tuple[str, str]:
+    """Both values as `_show` has them; two long texts (a system prompt) from the word before where they part,
+    so that the words that changed are seen, not a beginning they share."""
+    hashes = key.startswith("tool.") or key.endswith("sha256")
+    if hashes or not (isinstance(old, str) and isinstance(new, str)) or max(len(old), len(new)) <= _SHOWN_CHARS:
+        return _show(key, old), _show(key, new)
+    same = os.path.commonprefix([old, new])
+    cut = max(0, len(same) - _BEFORE_CHANGE)
+    space = same.rfind(" ", max(0, cut - 16), cut)  # at a word's start when one is near
+    start = space + 1 if space >= 0 else cut
+
+    def window(text: str) -> str:
+        part = json.dumps(text[start:start + _SHOWN_CHARS], ensure_ascii=False)[1:-1]
+        return f'"{"…" if start else ""}{part}{"…" if start + _SHOWN_CHARS < len(text) else ""}"'
+
+    return window(old), window(new)
 
 

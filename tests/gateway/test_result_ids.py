@@ -37,6 +37,8 @@ ARMS: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {
     "dense": ([rag("rag_query", "rag_search_dense", "rag_recall_dense", "rag_retrieve_dense")], {}),
     "hybrid": ([rag("rag_query_hybrid", "rag_search_hybrid", "rag_recall_hybrid", "rag_retrieve_hybrid")], {}),
     "toolsets": ([rag("rag_query_sparse")], {"dynamic_toolsets": True}),
+    "browsecomp": ([rag("bcp_search_bm25", "bcp_search_dense", "bcp_get_document")], {}),
+    "browsecomp_one": ([rag("bcp_dense")], {}),
 }
 CALLS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "sparse": [
@@ -57,11 +59,15 @@ CALLS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                ("recall_documents", {"query": FOUNDER, "max_tokens": 400}), ("retrieve_documents", {"query": FOUNDER})],
     "toolsets": [("list_toolsets", {}), ("activate_toolset", {"names": ["rag_query_sparse"]}),
                  ("deactivate_toolset", {"names": "rag_query_sparse"})],
+    "browsecomp": [("search_bm25", {"query": FOUNDER}), ("search_dense", {"query": FOUNDER}),
+                   ("get_document", {"docid": "voss"})],
+    "browsecomp_one": [("search", {"query": FOUNDER})],
 }
 PASSAGE_TOOLS = {"query_knowledge_base_sparse", "query_knowledge_base_dense", "query_knowledge_base_hybrid",
                  "recall_documents", "chunk_documents"}
 """Tools whose items are passages: ids are passage ids, doc ids their documents."""
-DOCUMENT_TOOLS = {"search_documents", "retrieve_documents", "search_sources", "filter_documents"}
+DOCUMENT_TOOLS = {"search_documents", "retrieve_documents", "search_sources", "filter_documents", "search",
+                  "search_bm25", "search_dense", "get_document"}
 """Tools whose items are documents: ids and doc ids are the same document ids."""
 
 
@@ -127,6 +133,8 @@ async def test_every_shipped_tool_records_the_ids_it_returned(kb, tmp_path):
     # A chunked document's passages keep their own ids; the document is named beside them.
     chunks = by_name["chunk_documents"]
     assert "voss" in chunks.result_doc_ids and "voss" not in chunks.result_ids
+    # BrowseComp-Plus' get_document records the one document it returned.
+    assert by_name["get_document"].result_ids == ["voss"]
 
 
 async def test_upstream_tools_record_ids_only_where_their_items_have_one(kb, tmp_path):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rollout.errors import NotARunFolderError, ReportError
-from rollout.report.compare import bootstrap_ci, compare_runs, find_runs
+from rollout.report.compare import compare_runs
 from rollout.report.compare_render import (
     COMPARISON_CSV,
     COMPARISON_JSON,
@@ -26,6 +26,8 @@ from rollout.report.compare_render import (
     comparison_tables,
     write_comparison,
 )
+from rollout.report.paired import bootstrap_ci
+from rollout.report.run_folders import find_runs
 from tests.report.runs import DENSE, SPARSE, write_jsonl
 from tests.report.test_cli import cli
 

@@ -1,5 +1,5 @@
 """bench/corpus_scale.py runs end to end at a toy size, its own baseline the checkout itself: every column is filled
-(figures not checked)."""
+(figures not checked), the BrowseComp-Plus-sized build's too."""
 
 from __future__ import annotations
 
@@ -23,3 +23,8 @@ def test_corpus_scale_bench_runs_at_a_toy_size(tmp_path: Path) -> None:
     assert len(ours.split(" | ")) == len(header.split(" | ")) and " - " not in f" {ours} "  # every column measured
     assert any(line.startswith("baseline | 2,000 |") for line in lines)
     assert any(line.startswith("at 2,000 passages, baseline / rollout: build s") for line in lines)
+    # BrowseComp-Plus-sized: long documents in its corpus format, BM25 over them whole, the build's peak memory.
+    bcp = next(line for line in lines if line.startswith("BrowseComp-Plus-sized | 100 |")).split(" | ")
+    assert all(cell != "-" for cell in bcp[2:7])  # the build's columns
+    assert any(line.startswith("BrowseComp-Plus-sized BM25 build over 100 documents of ~3,000 words: peak anon ")
+               and "target <= 3 GiB met" in line for line in lines)

@@ -246,6 +246,7 @@ def test_verl_loads_calls_and_rewards_with_rollouts_tools(tmp_path):
     assert [(t["class"], t["name"]) for t in hybrid] == [(TOOL_CLASS, DENSE), (TOOL_CLASS, SPARSE)]
     assert [t["shown"] for t in hybrid] == [without(verl_tool_schema(s), "default", "items") for s in offered]
     assert {name: len(tools) for name, tools in seen["loaded"].items()} == {
+        "bcp_bm25": 2, "bcp_both": 3, "bcp_dense": 2,
         "rag_dense_only": 1, "rag_hybrid": 2, "rag_hybrid_fused": 1, "rag_mixed": 2, "rag_pipeline": 4,
         "rag_pipeline_dense": 4, "rag_pipeline_sparse": 4, "rag_search_recall": 2, "rag_sparse_only": 1}
 

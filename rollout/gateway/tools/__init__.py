@@ -10,12 +10,13 @@ modules against them (`GatewayFile.check_served`) before its gateway, which impo
 
 
 def builtin_registry() -> ToolRegistry:
-    """A new registry holding every shipped tool group (rag_query*, rag_search*, rag_recall*, the pipeline steps, system_info, toolsets)."""
+    """A new registry holding every shipped tool group (rag_query*, rag_search*, rag_recall*, the pipeline steps,
+    BrowseComp-Plus' bcp_*, system_info, toolsets)."""
     # Imported here: the tool modules import the MCP server (half a second), which what only checks a gateway file's
     # module types need not pay.
-    from rollout.gateway.tools import documents, pipeline, rag, system, toolset_tools
+    from rollout.gateway.tools import browsecomp, documents, pipeline, rag, system, toolset_tools
 
     registry = ToolRegistry()
-    for module in (rag, documents, pipeline, system, toolset_tools):
+    for module in (rag, documents, pipeline, browsecomp, system, toolset_tools):
         module.register(registry)
     return registry

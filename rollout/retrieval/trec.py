@@ -1,0 +1,220 @@
+"""TREC run and qrels files, and recall@k and nDCG@k computed as trec_eval computes them.
+
+A run file has one line per retrieved document, `query_id Q0 docid rank score tag`; a qrels file one per judged
+document, `query_id 0 docid relevance`. BrowseComp-Plus scores a retriever with
+`trec_eval -c -m recall.5,100,1000 -m ndcg_cut.10 QRELS RUN`, and this module reproduces that arithmetic
+(trec_eval 9, which pytrec_eval and Pyserini's `trec_eval` run), so its numbers equal theirs on the same files:
+
+- A query's documents are ranked by score, highest first; documents tied in score by docid, *descending*
+  (`strcmp` order, which is Python's `str` order for UTF-8). The rank column is not read. `write_run` writes
+  documents in that order, so the ranks in a file are the ranks every evaluator computes from it.
+- A document is relevant when its judgment is at least 1. Recall@k is the relevant documents in the top k over
+  the query's relevant documents in the qrels (0 when it has none).
+- nDCG@k gains each document its judgment (when above 0) discounted by log2(rank + 1), over the ideal: the qrels'
+  positive judgments sorted high to low, discounted alike, cut at k (0 when the ideal is 0).
+- Averages are over every query of the qrels (trec_eval's `-c`): a query the run misses counts 0, and a query
+  the run holds but the qrels do not is ignored. A query the qrels hold with no relevant judgment counts 0, as in
+  trec_eval 9 (older versions left it out); BrowseComp-Plus' qrels have none, and qrels made from the questions'
+  metadata (`binary_qrels`) leave out a question that names no document, as trec_eval ignores an unjudged query.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout.errors import DataError
+
+Run = dict[str, dict[str, float]]
+"""query id -> docid -> score: what trec_eval reads from a run file (ranks are recomputed from scores)."""
+Qrels = dict[str, dict[str, int]]
+"""query id -> docid -> relevance judgment."""
+
+RELEVANT = 1
+"""The lowest judgment that counts as relevant (trec_eval's default `-l 1`)."""
+BROWSECOMP_PLUS_MEASURES = ("Recall@5", "Recall@100", "Recall@1000", "nDCG@10")
+"""What BrowseComp-Plus' retrieval leaderboard reports against each of its qrels."""
+_MEASURE = re.compile(r"^(Recall|nDCG)@([1-9][0-9]*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One measure at a cutoff, named as BrowseComp-Plus' leaderboard names it (`Recall@100`, `nDCG@10`)."""
+
+    kind: str
+    """`Recall` or `nDCG`."""
+    k: int
+    """The cutoff: documents ranked below it do not count."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}@{self.k}"
+
+    @property
+    def trec_eval_name(self) -> str:
+        """trec_eval's name of the same number (`recall_100`, `ndcg_cut_10`)."""
+        return f"recall_{self.k}" if self.kind == "Recall" else f"ndcg_cut_{self.k}"
+
+    @classmethod
+    def parse(cls, name: str) -> Measure:
+        found = _MEASURE.match(str(name).strip())
+        if not found:
+            raise DataError(f"unknown measure {name!r}: name Recall@K or nDCG@K with a positive K, e.g. "
+                            f"{', '.join(BROWSECOMP_PLUS_MEASURES)}")
+        return cls(found.group(1), int(found.group(2)))
+
+    def of(self, ranked: Sequence[str], judgments: Mapping[str, int]) -> float:
+        """This measure of one query's ranked docids against its judgments."""
+        return recall_at(ranked, judgments, self.k) if self.kind == "Recall" else ndcg_at(ranked, judgments, self.k)
+
+
+@dataclass(frozen=True, slots=True)
+class TrecScores:
+    """A run's measures against one qrels, averaged as `trec_eval -c` averages them."""
+
+    queries: int
+    """Queries averaged over: every query of the qrels."""
+    missing: int
+    """Of those, queries the run holds no document for (each counts 0)."""
+    mean: dict[str, float]
+    """Measure name -> mean over the queries."""
+    per_query: dict[str, dict[str, float]]
+    """Query id -> measure name -> value."""
+
+
+def ranking(scores: Mapping[str, float]) -> list[str]:
+    """One query's docids in trec_eval's order: score descending, ties by docid descending."""
+    by_docid = sorted(scores, reverse=True)
+    return sorted(by_docid, key=lambda d: -scores[d])  # stable: equal scores keep the descending docids
+
+
+def recall_at(ranked: Sequence[str], judgments: Mapping[str, int], k: int) -> float:
+    """Relevant documents among the first k over the relevant documents judged (0 when none is)."""
+    relevant = sum(1 for rel in judgments.values() if rel >= RELEVANT)
+    if not relevant:
+        return 0.0
+    return sum(1 for d in ranked[:k] if judgments.get(d, 0) >= RELEVANT) / relevant
+
+
+def ndcg_at(ranked: Sequence[str], judgments: Mapping[str, int], k: int) -> float:
+    """nDCG over the first k: each judgment above 0 as the gain, discounted by log2(rank + 1), over the ideal's."""
+    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(judgments.get(d, 0) for d in ranked[:k]) if g > 0)
+    ideal_gains = sorted((g for g in judgments.values() if g > 0), reverse=True)[:k]
+    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(ideal_gains))
+    return dcg / ideal if ideal > 0 else 0.0
+
+
+def evaluate(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
+             measures: Iterable[Measure | str]) -> TrecScores:
+    """`measures` of `run` against `qrels`, per query and averaged over every query of the qrels (`trec_eval -c`)."""
+    chosen = [m if isinstance(m, Measure) else Measure.parse(m) for m in measures]
+    per_query: dict[str, dict[str, float]] = {}
+    for qid, judgments in qrels.items():
+        ranked = ranking(run.get(qid, {}))
+        per_query[qid] = {m.name: m.of(ranked, judgments) for m in chosen}
+    n = len(per_query)
+    # Summed in the qrels' order, as trec_eval accumulates; a mean of no queries is 0, not an error.
+    mean = {m.name: (math.fsum(v[m.name] for v in per_query.values()) / n if n else 0.0) for m in chosen}
+    missing = sum(1 for qid in qrels if not run.get(qid))
+    return TrecScores(n, missing, mean, per_query)
+
+
+def binary_qrels(relevant: Mapping[str, Iterable[str]]) -> Qrels:
+    """Qrels judging each listed docid relevant (1); a query with no docid is left out, as if unjudged."""
+    out: Qrels = {}
+    for qid, docids in relevant.items():
+        judged = {str(d): 1 for d in docids}
+        if judged:
+            out[str(qid)] = judged
+    return out
+
+
+def _check_field(value: str, what: str, where: str) -> None:
+    if not value or any(c.isspace() for c in value):
+        raise DataError(f"{where}: {what} {value!r} cannot be written in a TREC file, whose fields are separated by "
+                        f"whitespace; give ids without spaces")
+
+
+def write_run(path: Path | str, run: Mapping[str, Mapping[str, float]], tag: str) -> Path:
+    """The run as a TREC run file, each query's documents in trec_eval's order with ranks from 1.
+
+    Scores are written exactly (`repr` of the float), so no two scores become a tie that the file's reader would
+    order differently from the ranks written."""
+    path = Path(path)
+    _check_field(tag, "run tag", str(path))
+    lines = []
+    for qid, scores in run.items():
+        _check_field(str(qid), "query id", str(path))
+        for rank, docid in enumerate(ranking(scores), 1):
+            _check_field(docid, "docid", str(path))
+            score = float(scores[docid])
+            if math.isnan(score):
+                raise DataError(f"{path}: query {qid}, document {docid} scores NaN, which no evaluator can rank")
+            lines.append(f"{qid} Q0 {docid} {rank} {score!r} {tag}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def write_qrels(path: Path | str, qrels: Mapping[str, Mapping[str, int]]) -> Path:
+    """The qrels as a TREC qrels file (`query_id 0 docid relevance`)."""
+    path = Path(path)
+    lines = []
+    for qid, judgments in qrels.items():
+        _check_field(str(qid), "query id", str(path))
+        for docid, rel in judgments.items():
+            _check_field(str(docid), "docid", str(path))
+            lines.append(f"{qid} 0 {docid} {int(rel)}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def _lines(path: Path, fields: int, shape: str) -> Iterable[tuple[int, list[str]]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise DataError(f"cannot read {path} ({e.strerror or e}); give the path of a TREC {shape} file") from e
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != fields:
+            raise DataError(f"{path}:{lineno}: expected {fields} fields ({shape}), found {len(parts)}: "
+                            f"{line.strip()!r}")
+        yield lineno, parts
+
+
+def read_run(path: Path | str) -> Run:
+    """A TREC run file: `query_id Q0 docid rank score tag` per line (the rank is not read; scores order a query's
+    documents). A docid twice for one query is refused, as trec_eval refuses it."""
+    run: Run = {}
+    for lineno, (qid, _, docid, _, score, _) in _lines(Path(path), 6, "query_id Q0 docid rank score tag"):
+        try:
+            value = float(score)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: score {score!r} is not a number") from None
+        scores = run.setdefault(qid, {})
+        if docid in scores:
+            raise DataError(f"{path}:{lineno}: document {docid} is listed twice for query {qid}")
+        scores[docid] = value
+    return run
+
+
+def read_qrels(path: Path | str) -> Qrels:
+    """A TREC qrels file: `query_id iteration docid relevance` per line (the iteration is not read). A docid judged
+    twice for one query is refused, as trec_eval refuses it."""
+    qrels: Qrels = {}
+    for lineno, (qid, _, docid, rel) in _lines(Path(path), 4, "query_id 0 docid relevance"):
+        try:
+            value = int(rel)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: relevance {rel!r} is not an integer") from None
+        judgments = qrels.setdefault(qid, {})
+        if docid in judgments:
+            raise DataError(f"{path}:{lineno}: document {docid} is judged twice for query {qid}")
+        judgments[docid] = value
+    return qrels
