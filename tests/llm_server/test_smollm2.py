@@ -97,12 +97,14 @@ def test_search_r1_on_smollm2_reads_its_information_blocks(smol_function_calling
     tasks = read_jsonl(tmp_path / "run" / "trajectory.jsonl")
     assert len(tasks) == 1 and {t["status"] for t in tasks} == {"ok"}
     requests = task_exchanges(smol_function_calling, "/completions")
-    rendered = load_chat_template(smollm2_gguf).render([{"role": "user", "content": tasks[0]["messages"][0]["content"]}])
+    instruction = tasks[0]["messages"][0]["content"]
+    rendered = load_chat_template(smollm2_gguf).render([{"role": "user", "content": instruction}])
     assert rendered.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     assert any(e.request["prompt"] == rendered for e in requests)
     # A search's passages are part of the next prompt, as text the model continues from.
     searched = [t for t in tasks if t["tool_calls"]]
     for task in searched:
-        information = next(m["content"] for m in task["messages"] if m["role"] == "user" and "<information>" in m["content"])
+        information = next(m["content"] for m in task["messages"]
+                           if m["role"] == "user" and "<information>" in m["content"])
         assert any(information in e.request["prompt"] for e in requests)
     assert {c["name"] for t in searched for c in t["tool_calls"]} <= {"search", SPARSE}

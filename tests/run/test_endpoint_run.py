@@ -11,7 +11,7 @@ from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from tests.agents.chat_server import chat_server
 
-TASKS = 4
+TASKS = 3
 RUN = ("agent=openai", "llm.model=test-model", "llm.max_retries=0", "mode=sparse", "dataset.n_passages=400",
        "dataset.n_questions=40", f"dataset.limit={TASKS}", "workers=1", f"concurrency_per_worker={TASKS}",
        "progress=false")
