@@ -63,7 +63,7 @@ def test_a_sweeps_folders_name_the_keys_it_varies_and_its_jobs_keep_every_overri
     assert job.overrides == ("agent=openai", "llm.base_url=http_127.0.0.1_8000_v1",
                              "llm.model=Qwen_Qwen2.5-7B-Instruct", "agent.max_turns=2", "dataset.n_passages=400")
     assert job.llm["model"] == "Qwen/Qwen2.5-7B-Instruct" and job.dataset.n_passages == 400
-    # The issue's sweep: short folders, one per mode; run again, the same ones.
+    # A sweep over modes with shared settings: short folders, one per mode; run again, the same ones.
     issue = ["mode=dense,sparse", *ENDPOINT]
     folders = [job_of_a_sweep(issue, f"mode={m}", *ENDPOINT).output_dir for m in ("dense", "sparse")]
     assert folders == [Path("results/demo/dense"), Path("results/demo/sparse")]
