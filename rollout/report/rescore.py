@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rollout.errors import NotARunFolderError, ReportError
@@ -30,7 +30,7 @@ from rollout.run_folder import (
     read_summary,
     write_summary,
 )
-from rollout.summary import RunSummary
+from rollout.summary import RunSummary, ToolUse
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,9 @@ class RunFacts:
     started_at: float | None = None
     """Unix time the run started: an interrupted run (`complete` False) counts the tool calls its unfinished tasks
     made from the gateway's ledger lines since then (`rollout.report.unfinished`)."""
+    unfinished_calls: dict[str, ToolUse] = field(default_factory=dict)
+    """The unfinished tasks' calls an interrupted run's summary counted: a rescore, which knows no `started_at`,
+    keeps them (its trajectory is the one they were counted against)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,8 @@ def score_folder(run_dir: Path | str, cfg: ScoringConfig, facts: RunFacts, *,
         scorers=cfg.scorers, max_turns=cfg.max_turns,
         unfinished=unfinished,
     )
+    if unfinished is None and not facts.complete and facts.unfinished_calls:
+        summary = replace(summary, unfinished_calls=dict(facts.unfinished_calls))
     write_summary(run_dir, summary)
     return summary
 
@@ -119,7 +124,7 @@ def rescore(run_dir: Path | str, *, scorers: Sequence[str] | None = None) -> Run
     facts = RunFacts() if earlier is None else RunFacts(
         wall_time_s=earlier.wall_time_s, complete=earlier.complete,
         deterministic_agent=earlier.deterministic_agent, degraded_tools=dict(earlier.degraded_tools),
-        tools_offered=earlier.tools_offered,
+        tools_offered=earlier.tools_offered, unfinished_calls=dict(earlier.unfinished_calls),
     )
     repeats = int(config.get("repeats") or 0)
     return score_folder(run_dir, cfg, facts, asked=(lambda key: key[1] < repeats) if repeats else None)

@@ -254,7 +254,8 @@ def summarize(
     extra: ExtraScores | None = None, scorers: Sequence[str] = (), tools_offered: int | None = None,
     max_turns: int | None = None, unfinished: UnfinishedCalls | None = None,
 ) -> RunSummary:
-    """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k):
+    """The evaluation summary (one pass over `results`, nothing kept per record but 9 bytes for pass@k, 5 per answer
+    stating a confidence (calibration) and per judged BrowseComp-Plus answer, and 32 per timed LLM request):
     overall metrics, breakdowns by hops and style, task statuses, tool usage, tokens, where the tasks'
     time and tokens went (`rollout.report.costs`, over every record); with several repeats, CIs
     over repeats and pass@k.

@@ -26,42 +26,47 @@ from rollout.summary import ToolUse
 
 
 class UnfinishedCalls:
-    """The ledger's calls since a run started, by task; each finished record takes its task's calls out."""
+    """The ledger's calls since a run started, but those of the tasks whose records the summary saw: it keeps the
+    finished tasks' ids alone and reads the ledger once, at `tools()`, holding only the unfinished tasks' calls."""
 
-    def __init__(self, by_task: dict[str | None, dict[str, tuple[str, bool]]]) -> None:
-        self._by_task = by_task
-        """Wire task id → call id → (tool name, ok)."""
+    def __init__(self, run_dir: Path | str, started_at: float) -> None:
+        self._run_dir = Path(run_dir)
+        self._started_at = started_at
+        self._finished: set[str] = set()
+        """Wire task ids of the records seen."""
 
     @classmethod
     def since(cls, run_dir: Path | str, started_at: float) -> UnfinishedCalls:
         """The calls the ledgers of `run_dir` recorded from Unix time `started_at` on."""
-        by_task: dict[str | None, dict[str, tuple[str, bool]]] = {}
-        for path in ledger_paths(run_dir):
-            for n, line in enumerate(iter_jsonl(path)):
-                at = line.get("timestamp")
-                if not isinstance(at, int | float) or at < started_at or line.get("via") or line.get("traffic"):
-                    continue
-                task = line.get("task_id")
-                call_id = line.get("call_id") or f"{path.name}:{n}"  # a call without an id is a call of its own
-                calls = by_task.setdefault(None if task is None else str(task), {})
-                calls[str(call_id)] = (str(line.get("tool_name") or ""), bool(line.get("ok", False)))
-        return cls(by_task)
+        return cls(run_dir, started_at)
 
     def finished(self, r: TaskResult) -> None:
         """`r` is in the trajectory: its calls are counted from it."""
-        self._by_task.pop(wire_task_id(r.id, r.repeat), None)
+        self._finished.add(wire_task_id(r.id, r.repeat))
+
+    def _by_task(self) -> dict[str | None, dict[str, tuple[str, bool]]]:
+        """Wire task id → call id → (tool name, ok), of the tasks no record holds."""
+        by_task: dict[str | None, dict[str, tuple[str, bool]]] = {}
+        for path in ledger_paths(self._run_dir):
+            for n, line in enumerate(iter_jsonl(path)):
+                at = line.get("timestamp")
+                if not isinstance(at, int | float) or at < self._started_at or line.get("via") or line.get("traffic"):
+                    continue
+                task = line.get("task_id")
+                task = None if task is None else str(task)
+                if task in self._finished:
+                    continue
+                call_id = line.get("call_id") or f"{path.name}:{n}"  # a call without an id is a call of its own
+                by_task.setdefault(task, {})[str(call_id)] = (str(line.get("tool_name") or ""),
+                                                               bool(line.get("ok", False)))
+        return by_task
 
     def tools(self) -> dict[str, ToolUse]:
         """Calls and failures per tool (sorted by name) of the tasks no record holds."""
         calls: Counter[str] = Counter()
         failed: Counter[str] = Counter()
-        for task_calls in self._by_task.values():
+        for task_calls in self._by_task().values():
             for name, ok in task_calls.values():
                 calls[name] += 1
                 failed[name] += not ok
         return {name: ToolUse(n, failed[name]) for name, n in sorted(calls.items())}
-
-    @property
-    def tasks(self) -> int:
-        """Tasks with calls that no record holds."""
-        return sum(1 for calls in self._by_task.values() if calls)

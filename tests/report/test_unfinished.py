@@ -11,7 +11,7 @@ import json
 
 from rich.console import Console
 
-from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
+from rollout.report.rescore import RunFacts, ScoringConfig, rescore, score_folder
 from rollout.report.scoring import print_summary
 from rollout.summary import RunSummary, ToolUse
 from tests.report.runs import DENSE, SPARSE, gw, make_run, task, tc
@@ -68,3 +68,10 @@ def test_a_finished_run_counts_its_records_alone(tmp_path):
     run = interrupted_run(tmp_path)
     assert summary_of(run, started_at=STARTED).unfinished_calls == {}
     assert "unfinished_tool_calls" not in json.loads((run / "evaluation_summary.json").read_text(encoding="utf-8"))
+
+
+def test_rescoring_an_interrupted_run_keeps_its_unfinished_calls(tmp_path):
+    # `rollout report RUN` (and `report judge`, which rescores) knows no start time: the calls stay as counted.
+    run = interrupted_run(tmp_path)
+    counted = summary_of(run, complete=False, started_at=STARTED).unfinished_calls
+    assert rescore(run).unfinished_calls == counted == {DENSE: ToolUse(2, 0), SPARSE: ToolUse(1, 1)}
