@@ -70,7 +70,8 @@ _DIGITS = re.compile(r"\d+")
 
 def final_response(task: TaskResult) -> str:
     """The agent's final message (the last assistant message with text), else its prediction: what rollout's
-    `browsecomp_plus` judge reads (`rollout.report.judge.judged_text`), so citations and verdict are of one text."""
+    `browsecomp_plus` judge reads (`rollout.report.judge.judged_text` calls this), so citations and verdict are of
+    one text."""
     for message in reversed(task.messages):
         if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:
             return message["content"]

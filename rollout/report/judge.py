@@ -27,6 +27,7 @@ from rollout.agents.context_window import budget_in
 from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, plain
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 from rollout.records import TaskKey, TaskResult
+from rollout.report.browsecomp_leaderboard import final_response
 from rollout.report.judge_presets import JUDGE_CORRECT, JudgePreset, Verdict, get_preset
 
 logger = logging.getLogger(__name__)
@@ -181,11 +182,7 @@ def failed_task_metrics(preset: JudgePreset) -> dict[str, float | None]:
 def judged_text(task: TaskResult, preset: JudgePreset) -> str:
     """What the judge reads of a task: its prediction, or for a preset that reads whole responses the agent's last
     message (the prediction when the record kept no message)."""
-    if preset.reads_response:
-        for message in reversed(task.messages):
-            if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:
-                return message["content"]
-    return task.prediction
+    return final_response(task) if preset.reads_response else task.prediction
 
 
 def reread(record: JudgeRecord, preset: JudgePreset) -> JudgeRecord:

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rollout.report.run_row import ScoredRun
-from rollout.report.scoring import METRICS
+from rollout.report.scoring import CI_LEVEL, METRICS
 
 BOOTSTRAP_RESAMPLES = 10_000
-CI_LEVEL = 0.95
 DEFAULT_SEED = 0
 _RESAMPLE_CELLS = 4_000_000
 """Indices drawn per bootstrap batch: bounds memory (~32 MB) whatever the number of tasks."""
