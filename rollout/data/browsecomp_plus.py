@@ -134,8 +134,9 @@ def warn_unknown_docids(qrels: Qrels, in_corpus: Callable[[list[str]], list[bool
     docids = sorted(qrels.docids())
     missing = [d for d, held in zip(docids, in_corpus(docids), strict=True) if not held]
     if missing:
+        absent = set(missing)
         queries = {qid for judged in (qrels.evidence, qrels.gold) for qid, docs in judged.items()
-                   if set(docs) & set(missing)}
+                   if not absent.isdisjoint(docs)}
         logger.warning("%d of the %d documents the qrels judge relevant (for %d quer%s) are not in the corpus %s, "
                        "e.g. %s: no search can return them, so evidence and gold recall stay below 1 for those "
                        "queries. Point dataset.corpus at the whole %s to judge against all of them",

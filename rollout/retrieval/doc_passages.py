@@ -19,6 +19,7 @@ A row of at most `passage_tokens` tokens is one passage with the row's own id; a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -41,10 +42,15 @@ VIEW_VERSION = 1
 """Bump when the spans computed for the same corpus and settings change: cached views are then recomputed."""
 _META = "meta.json"
 _ARRAYS = ("rows", "starts", "ends")
-_WHITESPACE = np.array([c for c in range(0x110000) if chr(c).isspace()], dtype=np.uint32)
-"""The code points `str.split()` splits at (`str.isspace`): the tokens are the ones `chunking` counts."""
 MIN_DEPTH = 32
 """Passages a document search looks at first, at least (more when k is larger; deeper until k rows are found)."""
+
+
+@functools.cache
+def _whitespace() -> np.ndarray:
+    """The code points `str.split()` splits at (`str.isspace`): the tokens are the ones `chunking` counts. Found on
+    first use (a scan of every code point, 0.2 s), not when the module is imported."""
+    return np.array([c for c in range(0x110000) if chr(c).isspace()], dtype=np.uint32)
 
 
 def token_spans(text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +59,7 @@ def token_spans(text: str) -> tuple[np.ndarray, np.ndarray]:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    word = ~np.isin(codes, _WHITESPACE)
+    word = ~np.isin(codes, _whitespace())
     edges = np.diff(np.concatenate(([False], word, [False])).astype(np.int8))
     return np.flatnonzero(edges == 1).astype(np.int64), np.flatnonzero(edges == -1).astype(np.int64)
 
@@ -173,7 +179,8 @@ def _load(final: Path, n_rows: int) -> dict[str, np.ndarray] | None:
         return None
     try:
         meta = json.loads((final / _META).read_text(encoding="utf-8"))
-        spans = {name: np.load(final / f"{name}.npy", allow_pickle=False) for name in _ARRAYS}
+        # Mapped, not read: a search reads a few entries of `rows`; `starts`, `ends` serve an index build.
+        spans = {name: np.load(final / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in _ARRAYS}
         if meta.get("rows") != n_rows or len({len(a) for a in spans.values()}) != 1:
             raise ValueError(f"it was cut from {meta.get('rows')} rows, the corpus has {n_rows}")
     except (OSError, ValueError) as e:

@@ -238,9 +238,9 @@ def data_sources(ds: DatasetConfig, cache_dir: Path) -> tuple[CorpusSpec, Questi
 
 def prepare_data(ds: DatasetConfig, cache_dir: Path) -> PreparedData:
     """Generate or read the corpus and questions; bad files raise `DataError` naming the fix."""
-    corpus, questions = data_sources(ds, cache_dir)
     if ds.kind == "browsecomp_plus":
         return prepare_browsecomp_plus(ds, cache_dir)
+    corpus, questions = data_sources(ds, cache_dir)
     return PreparedData(materialize_corpus(corpus, cache_dir), QuestionSet(questions, ds.limit))
 
 

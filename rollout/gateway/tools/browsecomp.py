@@ -19,6 +19,7 @@ reports count each); `bcp_get_document` serves `get_document`. BM25 ranks docume
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated
 
 from mcp.server.mcpserver import Context
@@ -30,6 +31,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.tool_params import KBDefault
 from rollout.gateway.tools.documents import kb_of, text_result
+from rollout.records import Passage
 from rollout.retrieval.token_count import TokenCounter
 
 Query = Annotated[str, Field(description="The search query")]
@@ -75,13 +77,12 @@ class DocumentRead(BaseModel):
     results: list[DocumentRef] = Field(description="The document read, so the call's record lists it")
 
 
-def document_text(kb: KnowledgeBase, doc: str) -> str:
-    """A known document's whole text, title first when it has one.
+def document_text(parts: Sequence[Passage]) -> str:
+    """A document's whole text from its passages (`KnowledgeBase.doc_passages`), title first when it has one.
 
     A BrowseComp-Plus document is one corpus row, kept whole (`rollout.data.browsecomp_plus`): its text is returned as
     it is. A corpus cut into chunks (a folder of files) has several rows per document, joined here by a blank
     line; their overlap (`chunk_overlap`) repeats words, so only such a corpus reads back inexactly."""
-    parts = [kb.passages[row] for row in kb.doc_rows()[doc]]
     text = "\n\n".join(p.text for p in parts)
     title = parts[0].title
     return f"{title}\n{text}" if title else text
@@ -120,7 +121,7 @@ def snippet_search(kb: KnowledgeBase, kind: str, query: str, k: int) -> SnippetS
     counter = kb.snippet_counter()
     results = [
         DocumentSnippet(doc_id=doc, score=score, rank=rank,
-                        snippet=snippet(counter, document_text(kb, doc), kb.snippet_tokens))
+                        snippet=snippet(counter, document_text(kb.doc_passages(doc)), kb.snippet_tokens))
         for rank, (doc, score, _) in enumerate(kb.rank_documents(kind, query, k), start=1)
     ]
     return SnippetSearchResult(query=query, retriever=kind, results=results)
@@ -156,9 +157,11 @@ def get_document(docid: DocId, ctx: Context) -> Annotated[CallToolResult, Docume
     """Return the full text of a document, given its docid (as a search result gave it)."""
     kb = kb_of(ctx)
     doc = docid.strip()
-    if doc not in kb.doc_rows():
-        raise ToolError(f"unknown docid {docid!r}: pass a docid that a search returned")
-    text = document_text(kb, doc)
+    try:  # one lookup of the docid (on a corpus store, a search of its document hashes)
+        parts = kb.doc_passages(doc)
+    except KeyError:
+        raise ToolError(f"unknown docid {docid!r}: pass a docid that a search returned") from None
+    text = document_text(parts)
     read = DocumentRead(doc_id=doc, chars=len(text), results=[DocumentRef(doc_id=doc)])
     return text_result(json.dumps({"docid": doc, "text": text}, ensure_ascii=False, indent=2), read)
 
