@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,26 +59,35 @@ GIB = 1024**3
 MIB = 1024**2
 
 
-def corpus_file(n: int, folder: Path) -> Path:
-    """The N-passage synthetic corpus, written once (seeded: the same file in every call)."""
-    path = folder / f"zipf-{n}.jsonl"
+def _seeded_file(path: Path, seed: int, chunks: Callable[[np.random.Generator, list[str]], Iterator[str]]) -> Path:
+    """`path`, written once (then found) from `chunks` of a generator seeded with `seed` and the vocabulary of
+    VOCAB 7-letter words it drew first: the same file in every call."""
     if path.is_file():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     vocab = ["".join(w) for w in letters[rng.integers(0, 26, size=(VOCAB, 7))]]
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as f:
+        for chunk in chunks(rng, vocab):
+            f.write(chunk)
+    tmp.rename(path)
+    return path
+
+
+def corpus_file(n: int, folder: Path) -> Path:
+    """The N-passage synthetic corpus, written once (seeded: the same file in every call)."""
+    def chunks(rng: np.random.Generator, vocab: list[str]) -> Iterator[str]:
         for start in range(0, n, 10_000):
             rows = min(10_000, n - start)
             words = np.minimum(rng.zipf(1.1, size=(rows, WORDS + 3)), VOCAB) - 1
-            f.write("".join(
+            yield "".join(
                 json.dumps({"id": f"p{start + i}", "contents": " ".join(vocab[w] for w in row[:3]) + "\n"
                             + " ".join(vocab[w] for w in row[3:])}) + "\n"
-                for i, row in enumerate(words.tolist())))
-    tmp.rename(path)
-    return path
+                for i, row in enumerate(words.tolist()))
+
+    return _seeded_file(folder / f"zipf-{n}.jsonl", 0, chunks)
 
 
 BCP_WORDS = (2000, 4000)
@@ -87,25 +96,18 @@ BCP_WORDS = (2000, 4000)
 
 def bcp_corpus_file(n: int, folder: Path) -> Path:
     """N long documents in BrowseComp-Plus' corpus format (`docid`, `text`, `url`), written once (seeded)."""
-    path = folder / f"bcp-{n}.jsonl"
-    if path.is_file():
-        return path
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(35)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    vocab = np.array(["".join(w) for w in letters[rng.integers(0, 26, size=(VOCAB, 7))]])
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    def chunks(rng: np.random.Generator, vocab: list[str]) -> Iterator[str]:
+        words_of = np.array(vocab)
         for start in range(0, n, 1000):
             lines = []
             for i in range(start, min(n, start + 1000)):
-                words = vocab[np.minimum(rng.zipf(1.1, size=int(rng.integers(*BCP_WORDS))), VOCAB) - 1]
+                words = words_of[np.minimum(rng.zipf(1.1, size=int(rng.integers(*BCP_WORDS))), VOCAB) - 1]
                 # Paragraphs of 100 words, as web pages break them; the first line a title, as its pages open.
                 text = "\n\n".join(" ".join(words[j:j + 100]) for j in range(0, len(words), 100))
                 lines.append(json.dumps({"docid": str(i), "text": text, "url": f"https://example.org/{i}"}) + "\n")
-            f.write("".join(lines))
-    tmp.rename(path)
-    return path
+            yield "".join(lines)
+
+    return _seeded_file(folder / f"bcp-{n}.jsonl", 35, chunks)
 
 
 BCP_BUILD = """

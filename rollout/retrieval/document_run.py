@@ -3,8 +3,9 @@
 Qrels judge documents (BrowseComp-Plus' docids), while an index may hold passages cut from them ("<docid>#<i>",
 `Passage.doc_id` naming the document). A document scores what its best passage scores (MaxP), so the first
 documents of the ranking are exact as long as the search went deep enough to find them all: a document none of whose
-passages is among the top k scores below the k-th passage. The search deepens (k doubled) for the queries whose top k
-passages name fewer than `depth` documents, until they do, the retriever has nothing more, or k spans the corpus.
+passages is among the top k scores below the k-th passage. The search deepens for the queries whose top k passages
+name fewer than `depth` documents (k doubled, or raised further to where the documents they found per passage on
+average would reach `depth`), until they do, the retriever has nothing more, or k spans the corpus.
 Where passages are whole documents, one search at k = depth suffices.
 """
 
@@ -62,7 +63,7 @@ def document_run(retriever: Retriever, query_ids: Sequence[str], queries: Sequen
         k = min(depth, n)
         while pending and k > 0:
             hits = retriever.search([queries[i] for i in pending], k)
-            deeper = []
+            deeper, named = [], 0
             for row, i in enumerate(pending):
                 docs = _best_per_document(hits.indices[row], hits.scores[row], source)
                 exhausted = k >= n or bool((hits.indices[row] < 0).any())  # padding: the retriever has no more
@@ -70,7 +71,11 @@ def document_run(retriever: Retriever, query_ids: Sequence[str], queries: Sequen
                     found[i] = docs
                 else:
                     deeper.append(i)
-            pending, k = deeper, min(2 * k, n)
+                    named += len(docs)
+            # Each search ranks the whole index again: rather than doubling round after round, go straight to the
+            # k at which the documents these queries found per passage, on average, would reach `depth`.
+            wanted = -(-k * depth * len(deeper) // max(named, 1))
+            pending, k = deeper, min(max(2 * k, wanted), n)
     run: Run = {}
     for i, qid in enumerate(query_ids):
         docs = found.get(i, {})

@@ -42,6 +42,7 @@ from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity, parse_verbose
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.records import Passage, Question
+from rollout.report.browsecomp_leaderboard import doc_ids
 from rollout.report.metrics import normalize_answer
 from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
 from rollout.retrieval.document_run import document_run
@@ -162,13 +163,6 @@ class RetrieverTrec:
         }
 
 
-def _doc_ids(value: Any) -> list[str]:
-    """A metadata list of docids (one docid alone counts as a list of one)."""
-    if value is None:
-        return []
-    return [str(value)] if isinstance(value, (str, int)) else [str(d) for d in value]
-
-
 def gather_qrels(questions: Sequence[Question], files: dict[str, str | None]) -> dict[str, Qrels]:
     """Each named qrels, restricted to the questions evaluated: the TREC qrels file given for the name, as it is
     (graded judgments kept), else the questions' `metadata.<name>_doc_ids` judged relevant (1). A name that neither
@@ -188,7 +182,7 @@ def gather_qrels(questions: Sequence[Question], files: dict[str, str | None]) ->
                             "those", name, len(kept), len(judged))
             out[name] = kept
         elif any(f"{name}_doc_ids" in q.metadata for q in questions):
-            out[name] = binary_qrels({q.id: _doc_ids(q.metadata.get(f"{name}_doc_ids")) for q in questions})
+            out[name] = binary_qrels({q.id: doc_ids(q.metadata, f"{name}_doc_ids") for q in questions})
     return out
 
 
@@ -212,15 +206,15 @@ def print_trec_table(rows: Sequence[RetrieverTrec], console: Console | None = No
     console = console or ReadableConsole()
     if not rows:
         return
-    names = list(next(iter(rows[0].scores.values())).mean) if rows[0].scores else []
-    table = Table(title=f"TREC run files · {rows[0].depth} documents per query · as trec_eval -c",
-                  title_justify="left")
-    for header in ("retriever", "qrels", "queries", *names):
-        table.add_column(header, justify="left" if header in ("retriever", "qrels") else "right")
-    for r in rows:
-        for qrels_name, s in r.scores.items():
-            table.add_row(r.retriever, qrels_name, str(s.queries), *[f"{s.mean[m]:.4f}" for m in names])
-    if rows[0].scores:
+    if rows[0].scores:  # no qrels: only the run files are named
+        names = list(next(iter(rows[0].scores.values())).mean)
+        table = Table(title=f"TREC run files · {rows[0].depth} documents per query · as trec_eval -c",
+                      title_justify="left")
+        for header in ("retriever", "qrels", "queries", *names):
+            table.add_column(header, justify="left" if header in ("retriever", "qrels") else "right")
+        for r in rows:
+            for qrels_name, s in r.scores.items():
+                table.add_row(r.retriever, qrels_name, str(s.queries), *[f"{s.mean[m]:.4f}" for m in names])
         console.print(table)
     console.print(f"Run files: {', '.join(r.run_file.name for r in rows)}", markup=False, highlight=False)
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollout.errors import DataError
 
@@ -173,48 +174,43 @@ def write_qrels(path: Path | str, qrels: Mapping[str, Mapping[str, int]]) -> Pat
     return path
 
 
-def _lines(path: Path, fields: int, shape: str) -> Iterable[tuple[int, list[str]]]:
+def _read_table(path: Path | str, shape: str, value: str, convert: Callable[[str], float], kind: str,
+                verb: str) -> dict[str, dict[str, Any]]:
+    """A TREC file of `shape`'s fields (query id first, docid third) as query id -> docid -> `convert` of the
+    `value` field; a docid twice for one query is refused, as trec_eval refuses it."""
+    names = shape.split()
+    column = names.index(value)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise DataError(f"cannot read {path} ({e.strerror or e}); give the path of a TREC {shape} file") from e
+    table: dict[str, dict[str, Any]] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != fields:
-            raise DataError(f"{path}:{lineno}: expected {fields} fields ({shape}), found {len(parts)}: "
+        if len(parts) != len(names):
+            raise DataError(f"{path}:{lineno}: expected {len(names)} fields ({shape}), found {len(parts)}: "
                             f"{line.strip()!r}")
-        yield lineno, parts
+        qid, docid, raw = parts[0], parts[2], parts[column]
+        try:
+            converted = convert(raw)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: {value} {raw!r} is not {kind}") from None
+        row = table.setdefault(qid, {})
+        if docid in row:
+            raise DataError(f"{path}:{lineno}: document {docid} is {verb} twice for query {qid}")
+        row[docid] = converted
+    return table
 
 
 def read_run(path: Path | str) -> Run:
     """A TREC run file: `query_id Q0 docid rank score tag` per line (the rank is not read; scores order a query's
     documents). A docid twice for one query is refused, as trec_eval refuses it."""
-    run: Run = {}
-    for lineno, (qid, _, docid, _, score, _) in _lines(Path(path), 6, "query_id Q0 docid rank score tag"):
-        try:
-            value = float(score)
-        except ValueError:
-            raise DataError(f"{path}:{lineno}: score {score!r} is not a number") from None
-        scores = run.setdefault(qid, {})
-        if docid in scores:
-            raise DataError(f"{path}:{lineno}: document {docid} is listed twice for query {qid}")
-        scores[docid] = value
-    return run
+    return _read_table(path, "query_id Q0 docid rank score tag", "score", float, "a number", "listed")
 
 
 def read_qrels(path: Path | str) -> Qrels:
     """A TREC qrels file: `query_id iteration docid relevance` per line (the iteration is not read). A docid judged
     twice for one query is refused, as trec_eval refuses it."""
-    qrels: Qrels = {}
-    for lineno, (qid, _, docid, rel) in _lines(Path(path), 4, "query_id 0 docid relevance"):
-        try:
-            value = int(rel)
-        except ValueError:
-            raise DataError(f"{path}:{lineno}: relevance {rel!r} is not an integer") from None
-        judgments = qrels.setdefault(qid, {})
-        if docid in judgments:
-            raise DataError(f"{path}:{lineno}: document {docid} is judged twice for query {qid}")
-        judgments[docid] = value
-    return qrels
+    return _read_table(path, "query_id 0 docid relevance", "relevance", int, "an integer", "judged")
