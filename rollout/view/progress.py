@@ -21,7 +21,6 @@ from rich.progress import (
 from rich.text import Text
 
 from rollout.agents.llm_trouble import LLMTroubleLog
-
 from rollout.records import TaskResult
 from rollout.report.metrics import exact_match
 
