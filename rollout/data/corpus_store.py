@@ -96,13 +96,22 @@ class CorpusStore(Sequence[Passage]):
     def __getitem__(self, row: int | slice) -> Passage | list[Passage]:
         if isinstance(row, slice):
             return [self[i] for i in range(*row.indices(len(self)))]
+        pid, title, text, doc_id = self._row(row)
+        return Passage(pid, title, text, doc_id or None)  # an empty doc_id is a null one: ids are never empty
+
+    def _row(self, row: int, columns: Sequence[int] = (0, 1, 2, 3)) -> list[str]:
         n = len(self)
         if not -n <= row < n:
             raise IndexError(f"passage row {row} out of range for a corpus of {n}")
         row = int(row) % n
         b = bisect_right(self._starts, row) - 1
-        pid, title, text, doc_id = self._columns.row(b, row - self._starts[b])
-        return Passage(pid, title, text, doc_id or None)  # an empty doc_id is a null one: ids are never empty
+        return self._columns.row(b, row - self._starts[b], columns)
+
+    def source_id(self, row: int) -> str:
+        """`self[row].source_id`, read from the id columns alone: a search ranking documents touches many long
+        passages whose text it does not need."""
+        pid, doc_id = self._row(row, (0, 3))
+        return doc_id or pid
 
     def __iter__(self) -> Iterator[Passage]:
         for batch in self._batches:
@@ -124,14 +133,15 @@ class CorpusStore(Sequence[Passage]):
 
     def rows_of(self, ids: Sequence[str]) -> np.ndarray:
         """The row of each passage id (int64), -1 for an id the corpus does not hold."""
-        return np.array([next(iter(self._ids.rows(i, lambda row: self[row].id)), -1) for i in ids], dtype=np.int64)
+        return np.array([next(iter(self._ids.rows(i, lambda row: self._row(row, (0,))[0])), -1) for i in ids],
+                        dtype=np.int64)
 
     def doc_rows(self) -> DocRows:
         """The rows of each source document, in corpus order, as a mapping looked up on the store."""
         return DocRows(self)
 
     def doc_rows_of(self, doc: str) -> tuple[int, ...]:
-        return tuple(self._docs.rows(doc, lambda row: self[row].source_id))
+        return tuple(self._docs.rows(doc, self.source_id))
 
 
 class _ColumnReader:
@@ -153,9 +163,11 @@ class _ColumnReader:
             self._offsets.append(offsets)
             self._data.append(data)
 
-    def row(self, batch: int, i: int) -> list[str]:
+    def row(self, batch: int, i: int, columns: Sequence[int] = (0, 1, 2, 3)) -> list[str]:
+        """Row `i` of `batch`, its `columns` (id, title, text, doc_id) only: an id lookup reads no passage text."""
         out = []
-        for offsets, start in zip(self._offsets[batch], self._data[batch], strict=True):
+        for c in columns:
+            offsets, start = self._offsets[batch][c], self._data[batch][c]
             lo, hi = int(offsets[i]), int(offsets[i + 1])
             out.append(os.pread(self._fd, hi - lo, start + lo).decode("utf-8") if hi > lo else "")
         return out
@@ -301,3 +313,8 @@ def open_corpus(source: Path | str | CorpusSpec, cache_dir: Path) -> CorpusStore
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("Wrote %d passages to the corpus store %s", n, final)
     return CorpusStore(final)
+
+
+def source_id_of(passages: Sequence[Passage], row: int) -> str:
+    """The document of passage `row`: from a store's id columns alone, else the passage's own `source_id`."""
+    return passages.source_id(row) if isinstance(passages, CorpusStore) else passages[row].source_id

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rollout.data.corpus_store import CorpusStore
+from rollout.data.corpus_store import CorpusStore, source_id_of
 from rollout.gateway.steps import RecentResults, StepSettings
 from rollout.records import Passage
 from rollout.retrieval import Retriever
@@ -251,7 +251,7 @@ class KnowledgeBase:
         of a document's passages with the same best score, the first given counts."""
         best: dict[str, tuple[float, int]] = {}
         for row, score in scored:
-            doc = self.passages[row].source_id
+            doc = source_id_of(self.passages, row)  # a store reads the ids, not the passage's text
             if doc not in best or score > best[doc][0]:
                 best[doc] = (score, row)
         ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rollout.data.corpus_store import source_id_of
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
@@ -25,7 +26,7 @@ QUERY_BATCH = 256
 
 
 class _SourceIds:
-    """Each row's document id, each row read once: a memory-mapped corpus reads a passage per lookup."""
+    """Each row's document id, each row read once (from a store's id columns, not its text)."""
 
     def __init__(self, passages: Sequence[Passage]) -> None:
         self._passages = passages
@@ -34,7 +35,7 @@ class _SourceIds:
     def __call__(self, row: int) -> str:
         found = self._known.get(row)
         if found is None:
-            found = self._known[row] = self._passages[row].source_id
+            found = self._known[row] = source_id_of(self._passages, row)
         return found
 
 
