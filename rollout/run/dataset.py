@@ -99,6 +99,8 @@ def check_dataset_keys(d: Mapping[str, Any]) -> None:
 
 SOURCE_SPECS = {"corpus": CorpusSpec, "questions": QuestionSpec, "qrels": QrelsSpec}
 """The spec each source section of a dataset of files is read into."""
+SOURCE_CONFIGS = {"corpus": "files.yaml", "questions": "files.yaml", "qrels": "browsecomp_plus.yaml"}
+"""The dataset config that lists each section's keys."""
 
 
 def _check_source_keys(d: Mapping[str, Any]) -> None:
@@ -115,7 +117,7 @@ def _check_source_keys(d: Mapping[str, Any]) -> None:
             close = difflib.get_close_matches(str(key), valid, n=1)
             fix = f"did you mean dataset.{section}.{close[0]}? Set that instead" if close else "remove it"
             raise ConfigError(f"dataset.{section}.{key} is not a {section} setting, so nothing would read it; {fix} "
-                              f"(dataset.{section} reads {', '.join(valid)}; conf/dataset/files.yaml lists each)")
+                              f"(dataset.{section} reads {', '.join(valid)}; conf/dataset/{SOURCE_CONFIGS[section]} lists each)")
 
 
 def unread_dataset_override(args: Sequence[str]) -> str | None:
