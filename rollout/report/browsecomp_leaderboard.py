@@ -22,8 +22,9 @@ texttron/BrowseComp-Plus judges a run (one JSON file per query) with `scripts_ev
 - **Accuracy (%)**: answered queries the `browsecomp_plus` judge (`rollout report judge --preset browsecomp_plus`,
   the prompt of that script) found correct, of every query counted; a reply the judge wrote that could not be read
   counts as wrong, as there. None when the run has no verdicts of that judge.
-- **Calibration Error (%)**: `rollout.report.calibration.browsecomp_plus_error` over the judged answers (confidence
-  as the judge read it, else as the answer states it); None under 100 of them, where that script writes 0.
+- **Calibration Error (%)**: `rollout.report.calibration.browsecomp_plus_error` over the judged answers whose judge
+  read a confidence (one it read none from is left out, as there, whatever the answer states); None under 100 of
+  them, where that script writes 0.
 
 Which records: in a run's summary and in `report compare`, the records the run scores (status ok, or every one with
 `score_failed`), as every other metric of the summary; a failed task is never an answer. The export counts every
@@ -43,9 +44,9 @@ from rich.console import Console
 from rich.table import Table
 
 from rollout.records import TaskResult
-from rollout.report.calibration import browsecomp_plus_error, task_confidence
+from rollout.report.calibration import browsecomp_plus_error
 from rollout.report.extra_scores import ExtraScores
-from rollout.report.judge_presets import JUDGE_CORRECT
+from rollout.report.judge_presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
 from rollout.summary import BROWSECOMP_PLUS_NAMES, BrowseCompPlusScores
 
 SEARCH_TOOLS = ("search", "search_bm25", "search_dense")
@@ -150,12 +151,19 @@ class QueryRun:
     judged: bool
     """Answered, with a verdict of the judge."""
     confidence: float | None
-    """Of a judged answer, 0 to 1: as the judge read it, else as the response states it."""
+    """Of a judged answer, 0 to 1, as the judge read it (None when it read none)."""
 
     @property
     def answered(self) -> bool:
         """What its evaluator judges: completed, with a response."""
         return self.status == COMPLETED and self.response != ""
+
+
+def _judge_confidence(metrics: Mapping[str, float | None]) -> float | None:
+    # Its evaluator takes the judge's confidence only: an answer it read none from is "missing judge confidence" and
+    # left out of the calibration error, never given the confidence the response states.
+    value = metrics.get(JUDGE_CONFIDENCE)
+    return None if value is None else float(value)
 
 
 def read_query(task: TaskResult, metrics: Mapping[str, float | None], *, judge_preset: str | None) -> QueryRun:
@@ -174,7 +182,7 @@ def read_query(task: TaskResult, metrics: Mapping[str, float | None], *, judge_p
         cited_docids=cited_docids(response) if answered else [],
         correct=None if judge_preset != JUDGE_PRESET else verdict == 1.0,
         judged=judged,
-        confidence=task_confidence(metrics, task.messages, task.prediction) if judged else None,
+        confidence=_judge_confidence(metrics) if judged else None,
     )
 
 
@@ -209,7 +217,7 @@ class _Mean:
 
 
 class BrowseCompPlusTally:
-    """The numbers, added record by record: sums, and 5 bytes per judged answer for the calibration error."""
+    """The numbers, added record by record: sums, and 9 bytes per judged answer for the calibration error."""
 
     def __init__(self, judge: tuple[str | None, str | None] = (None, None), *, always: bool = False) -> None:
         self.judge_preset, self.judge_model = judge
@@ -220,7 +228,7 @@ class BrowseCompPlusTally:
         self.calls: Counter[str] = Counter()
         self.evidence, self.gold = _Mean(), _Mean()
         self.precision, self.recall = _Mean(), _Mean()
-        self._confidence = array("f")
+        self._confidence = array("d")  # float64, as its evaluator's array: ties sort as they sort there
         self._right = array("b")
 
     def add(self, task: TaskResult, metrics: Mapping[str, float | None], *, counted: bool = True) -> QueryRun | None:

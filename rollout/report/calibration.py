@@ -18,11 +18,13 @@ used, as BrowseComp-Plus uses its judge's (`task_confidence`).
 `CalibrationTally` bins the scored records that state a confidence into 10 equal bins of [0, 1] (a confidence of
 1.0 joins the last) and reports the expected calibration error: the sum over bins of (bin size / n) * |mean
 confidence - accuracy| (L1). Beside it, with at least 100 such records, BrowseComp-Plus' own number
-(`browsecomp_plus_error`, from `scripts_evaluation/evaluate_with_openai.py`, after Hendrycks et al.): the records
+(`browsecomp_plus_error`, its `calib_err` in `scripts_evaluation/evaluate_run.py`, after Hendrycks et al.): the records
 sorted by confidence, cut into bins of 100 (the last bin taking the rest), and the root of the mean squared gap
 between each bin's mean confidence and accuracy, weighted by bin size; as there, the last bin is left out of the
-sum. Correctness is the `judge_correct` metric when a scores file provides it, else exact match. The 10 bins are
-exact sums; the BrowseComp-Plus number keeps 5 bytes per record that states a confidence.
+sum. It sorts as that script does, with numpy's default `argsort` (not stable) on the confidences in the order the
+records come: answers with equal confidences fall into bins as they fall there. Correctness is the `judge_correct`
+metric when a scores file provides it, else exact match. The 10 bins are exact sums; the BrowseComp-Plus number
+keeps 9 bytes per record that states a confidence.
 """
 
 from __future__ import annotations
@@ -91,8 +93,12 @@ def browsecomp_plus_error(confidence: Sequence[float], correct: Sequence[float],
     """BrowseComp-Plus' calibration error (see the module docstring), as a fraction; None under `beta` answers."""
     if len(confidence) < beta:
         return None
-    order = np.argsort(np.asarray(confidence, dtype=np.float64), kind="stable")
-    conf = np.asarray(confidence, dtype=np.float64)[order]
+    conf = np.asarray(confidence, dtype=np.float64)
+    # Its `calib_err` sorts with numpy's default argsort, which is not stable: among equal confidences (judges give
+    # round percents) it decides which answers share the bin at a cut. The same call on the same float64 array in
+    # the same order leaves them where its evaluator's does; a stable sort would not.
+    order = np.argsort(conf)
+    conf = conf[order]
     right = np.asarray(correct, dtype=np.float64)[order]
     starts = list(range(0, len(conf) // beta * beta, beta))
     total = 0.0
@@ -119,7 +125,7 @@ class CalibrationTally:
         self.correct_by = correct_by
         self._confidence = [ExactSum() for _ in range(BINS)]
         self._correct = [ExactSum() for _ in range(BINS)]
-        self._each = array("f")
+        self._each = array("d")  # float64: the very values its evaluator sorts, so ties and order are its own
         self._each_right = array("b")
 
     def add(self, confidence: float | None, correct: float | None) -> None:

@@ -17,6 +17,10 @@ text: a test checks it, and it is part of the judge's identity, so an edited pro
 A reply none of the parsers can read is a `Verdict` with no label and None metrics: never a wrong answer. So is a
 reply naming more than one grade (a small judge echoing the prompt's list of grades), never the first it names.
 Upstream scores such a reply as NOT_ATTEMPTED (simpleqa) or "no" (browsecomp); here it is counted apart.
+
+`browsecomp_plus` replies are read exactly as that script's `parse_judge_response` reads them, since its numbers
+are the leaderboard's: for each field the first `**field:**`, else the first `**field**:`, else the first
+`field:` (case-insensitive; no space before the colon, no bold value), so of two `correct:` lines the first counts.
 """
 
 from __future__ import annotations
@@ -244,7 +248,7 @@ def parse_simpleqa(reply: str) -> Verdict:
     return Verdict(label, {JUDGE_CORRECT: float(label == "CORRECT"), "not_attempted": float(label == "NOT_ATTEMPTED")})
 
 
-# BrowseComp-Plus' parser: plain `field:` or markdown bold (`**field:**`, `**field**:`), case-insensitive.
+# The `browsecomp` preset's parser: plain `field:` or markdown bold (`**field:**`, `**field**:`), case-insensitive.
 _CORRECT = re.compile(r"\bcorrect\**\s*:\s*\**\s*(yes|no)\b", re.IGNORECASE)
 _EXTRACTED = re.compile(r"\bextracted_final_answer\**\s*:\s*\**[ \t]*(.*)", re.IGNORECASE)
 _CONFIDENCE = re.compile(r"\bconfidence\**\s*:\s*\**\s*(\d+(?:\.\d+)?)\s*%?", re.IGNORECASE)
@@ -264,6 +268,42 @@ def parse_browsecomp(reply: str) -> Verdict:
     }, extracted.group(1).strip() if extracted else None)
 
 
+def _evaluator_patterns(field: str, value: str, flags: int = re.IGNORECASE) -> tuple[re.Pattern[str], ...]:
+    """BrowseComp-Plus' three patterns of a field, in the order its parser tries them."""
+    return tuple(re.compile(form + value, flags) for form in (rf"\*\*{field}:\*\*\s*", rf"\*\*{field}\*\*:\s*",
+                                                             rf"{field}:\s*"))
+
+
+# texttron/BrowseComp-Plus scripts_evaluation/evaluate_run.py `parse_judge_response`, pattern for pattern: no word
+# boundaries, so `incorrect: no` is a verdict and `correct: yesterday` a yes there, and here.
+_PLUS_EXTRACTED = _evaluator_patterns("extracted_final_answer", r"(.*?)(?=\n|$)", re.IGNORECASE | re.DOTALL)
+_PLUS_CORRECT = _evaluator_patterns("correct", r"(yes|no)")
+_PLUS_CONFIDENCE = _evaluator_patterns("confidence", r"(\d+(?:\.\d+)?)\s*%?")
+
+
+def _first_match(patterns: tuple[re.Pattern[str], ...], reply: str) -> str | None:
+    for pattern in patterns:
+        if m := pattern.search(reply):
+            return m.group(1)
+    return None
+
+
+def parse_browsecomp_plus(reply: str) -> Verdict:
+    """As BrowseComp-Plus' evaluator reads a reply: the first `correct: yes|no` by its patterns decides (unparsed
+    without one, where it sets `parse_error`); the first `confidence: N%` becomes a 0-1 metric (capped at 100%, None
+    when absent)."""
+    correct = _first_match(_PLUS_CORRECT, reply)
+    if correct is None:
+        return BROWSECOMP_PLUS.unparsed()
+    confidence = _first_match(_PLUS_CONFIDENCE, reply)
+    extracted = _first_match(_PLUS_EXTRACTED, reply)
+    label = correct.lower()
+    return Verdict(label, {
+        JUDGE_CORRECT: float(label == "yes"),
+        JUDGE_CONFIDENCE: None if confidence is None else min(float(confidence), 100.0) / 100,
+    }, None if extracted is None else extracted.strip())
+
+
 SIMPLEQA = JudgePreset("simpleqa", SIMPLEQA_TEMPLATE, "openai/simple-evals simpleqa_eval.py",
                        (JUDGE_CORRECT, "not_attempted"), parse_simpleqa, HELPFUL_ASSISTANT)
 BROWSECOMP = JudgePreset("browsecomp", BROWSECOMP_TEMPLATE, "openai/simple-evals browsecomp_eval.py",
@@ -271,7 +311,7 @@ BROWSECOMP = JudgePreset("browsecomp", BROWSECOMP_TEMPLATE, "openai/simple-evals
                          reads_response=True)
 BROWSECOMP_PLUS = JudgePreset("browsecomp_plus", BROWSECOMP_PLUS_TEMPLATE,
                               "texttron/BrowseComp-Plus scripts_evaluation/evaluate_run.py",
-                              (JUDGE_CORRECT, JUDGE_CONFIDENCE), parse_browsecomp, reads_response=True)
+                              (JUDGE_CORRECT, JUDGE_CONFIDENCE), parse_browsecomp_plus, reads_response=True)
 
 PRESETS = {p.name: p for p in (SIMPLEQA, BROWSECOMP, BROWSECOMP_PLUS)}
 

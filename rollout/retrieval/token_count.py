@@ -84,7 +84,10 @@ class TokenCounter:
         return [len(e.ids) for e in self._encode_fast(list(texts), add_special_tokens=False)]
 
     def truncate(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of `text`, cut where a token ends, that counts at most `max_tokens` tokens."""
+        """The longest prefix of `text`, cut where a token ends, that counts at most `max_tokens` tokens.
+
+        The cut keeps the whitespace its last token ends with (a byte-level BPE's run of spaces or newlines is a
+        token): BrowseComp-Plus' search snippet is its first 512 tokens decoded, whitespace and all."""
         if max_tokens <= 0 or not text:
             return ""
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
@@ -92,7 +95,7 @@ class TokenCounter:
             return text
         # A word-piece cut can re-tokenize differently ("playing" cut after "play"); step back until it fits.
         for end in range(max_tokens, 0, -1):
-            cut = text[: encoding.offsets[end - 1][1]].rstrip()
+            cut = text[: encoding.offsets[end - 1][1]]
             if self.count(cut) <= max_tokens:
                 return cut
         return ""

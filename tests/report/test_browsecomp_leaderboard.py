@@ -22,6 +22,7 @@ from rollout.report.rescore import rescore
 from rollout.report.scoring import print_summary, summarize
 from rollout.run_folder import read_summary
 from rollout.summary import RunSummary
+from tests.report.browsecomp_plus_evaluator import calculate_calibration_error
 from tests.report.browsecomp_runs import (
     JUDGE_MODEL,
     KNOWN_VERDICTS,
@@ -154,6 +155,45 @@ def test_the_calibration_error_is_browsecomp_pluses_over_bins_of_100(tmp_path):
     assert block["Calibration Error (%)"] == round(100 * math.sqrt(0.5 * 0.3 ** 2), 2) == 21.21
     assert block["Accuracy (%)"] == 55.0  # 110 of 200
     assert block["with_citations"] == 0 and block["Citation Precision (%)"] is None
+
+
+def test_the_calibration_error_breaks_tied_confidences_as_its_evaluator_does(tmp_path):
+    # Judges give round percents: 100 answers at 80% straddle the cut between the bins of 100, the first 50 (in the
+    # run's order) right and the last 50 wrong, so the order the sort leaves equal confidences in decides the figure.
+    tasks, verdicts, confidences, correctness = [], {}, [], []
+    for i in range(200):
+        confidence = (50, 80, 80, 95)[i % 4]
+        right = (i % 3 == 0, i < 100, i < 100, i % 5 != 0)[i % 4]
+        qid = f"q{i:03d}"
+        tasks.append(answer_task(qid, [call("search", ["1"], i)], f"Exact Answer: x\nConfidence: {confidence}%",
+                                 {"evidence_doc_ids": ["1"]}))
+        verdicts[qid] = (float(right), confidence / 100)  # as the judge's parser turns N% into a metric
+        confidences.append(float(confidence))
+        correctness.append(right)
+    write_verdicts(tmp_path, verdicts)
+    block = summary_of(tasks, tmp_path).to_json()["browsecomp_plus"]
+    assert block["Calibration Error (%)"] == round(calculate_calibration_error(confidences, correctness), 2)
+
+
+def test_an_answer_whose_judge_read_no_confidence_is_left_out_of_the_calibration_error(tmp_path):
+    # Its evaluator counts such an answer as missing a confidence, even when the answer states one: here 50 right
+    # answers stating 10%, which would fill half the first bin.
+    tasks, verdicts, confidences, correctness = [], {}, [], []
+    for i in range(250):
+        read = i % 5 != 0
+        confidence, right = (50, i % 3 == 0) if i < 125 else (90, i % 7 != 0)
+        right = right or not read
+        qid = f"q{i:03d}"
+        tasks.append(answer_task(qid, [call("search", ["1"], i)], "Exact Answer: x\nConfidence: 10%",
+                                 {"evidence_doc_ids": ["1"]}))
+        verdicts[qid] = (float(right), confidence / 100 if read else None)
+        if read:
+            confidences.append(float(confidence))
+            correctness.append(right)
+    write_verdicts(tmp_path, verdicts)
+    block = summary_of(tasks, tmp_path).to_json()["browsecomp_plus"]
+    assert block["judged"] == 250 and len(confidences) == 200
+    assert block["Calibration Error (%)"] == round(calculate_calibration_error(confidences, correctness), 2)
 
 
 @pytest.mark.parametrize(("text", "cited"), [

@@ -6,9 +6,10 @@ import pytest
 from rich.console import Console
 
 from rollout.records import Question, TaskResult
-from rollout.report.calibration import parse_confidence, stated_confidence
+from rollout.report.calibration import browsecomp_plus_error, parse_confidence, stated_confidence
 from rollout.report.extra_scores import read_scores, write_scores
 from rollout.report.scoring import print_summary, summarize
+from tests.report.browsecomp_plus_evaluator import calculate_calibration_error
 
 
 @pytest.mark.parametrize("text, confidence", [
@@ -100,3 +101,19 @@ def test_a_browsecomp_judges_reading_of_the_confidence_wins_over_the_parsed_one(
                   extra=read_scores(tmp_path))
     assert s.calibration is not None and [b.low for b in s.calibration.bins] == [0.5]
     assert s.calibration.error == pytest.approx(0.5 - 2 / 6, abs=1e-4)
+
+
+def tied_answers() -> list[tuple[bool, int]]:
+    """200 (right, confidence) with round percents, as judges give them: 100 answers at 80% straddle the cut between
+    the two bins of 100, the first 50 of them (in order) right and the last 50 wrong, so how the sort orders equal
+    confidences decides the first bin's accuracy."""
+    return [((i % 3 == 0, i < 100, i < 100, i % 5 != 0)[i % 4], (50, 80, 80, 95)[i % 4]) for i in range(200)]
+
+
+def test_browsecomp_plus_calibration_error_breaks_ties_as_its_evaluator_does():
+    known = tied_answers()
+    theirs = calculate_calibration_error([c for _, c in known], [r for r, _ in known])
+    assert 100 * browsecomp_plus_error([c / 100 for _, c in known], [float(r) for r, _ in known]) == \
+        pytest.approx(theirs, rel=1e-12)
+    s = summarize([answer(i, r, c) for i, (r, c) in enumerate(known)], mode="m", gateway_file="g", wall_time_s=1.0)
+    assert s.calibration is not None and s.calibration.browsecomp_plus_error == round(theirs / 100, 4)

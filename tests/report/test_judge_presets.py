@@ -7,7 +7,14 @@ import hashlib
 import pytest
 
 from rollout.errors import ConfigError
-from rollout.report.judge_presets import PRESETS, get_preset, parse_browsecomp, parse_simpleqa
+from rollout.report.judge_presets import (
+    PRESETS,
+    get_preset,
+    parse_browsecomp,
+    parse_browsecomp_plus,
+    parse_simpleqa,
+)
+from tests.report.browsecomp_plus_evaluator import parse_judge_response
 
 PUBLISHED_SHA256 = {
     # sha256 of GRADER_TEMPLATE.strip() in openai/simple-evals@ee3b031 and texttron/BrowseComp-Plus@97c637c
@@ -79,3 +86,45 @@ def test_a_browsecomp_reply_without_its_verdict_is_unparsed_not_wrong():
 def test_an_unknown_preset_lists_the_known_ones():
     with pytest.raises(ConfigError, match="simpleqa, browsecomp, browsecomp_plus"):
         get_preset("mmlu")
+
+
+BROWSECOMP_PLUS_REPLIES = [
+    "extracted_final_answer: Ann\n\nreasoning: same.\n\ncorrect: yes\n\nconfidence: 85%",
+    "**extracted_final_answer:** Bob\n**reasoning:** differs\n**correct:** No\n**confidence**: 130",
+    "extracted_final_answer: None\nreasoning: no answer. It is incorrect.\ncorrect: no",
+    # Two verdicts: the first counts there; a bold one before any plain one.
+    "extracted_final_answer: Ann\ncorrect: yes\ncorrect: no\nconfidence: 90%",
+    "correct: no\n**correct:** yes\nconfidence: 40\n**Confidence**: 70%",
+    # Shapes it does not read: a space before the colon, a bold value.
+    "extracted_final_answer: Ann\nCorrect : yes\nconfidence: 90%",
+    "extracted_final_answer: Ann\ncorrect: **yes**\nconfidence: 90%",
+    "extracted_final_answer: Ann\ncorrect: yes\nConfidence : 90%\nconfidence: **80%**",
+    "extracted_final_answer: Ann\ncorrect: yes\nconfidence: **80%**",
+    # What its patterns read besides: `correct:` inside a word, `yes` starting one, an answer on the next line.
+    "extracted_final_answer: Ann\nreasoning: the answer is incorrect: no match.\ncorrect: yes",
+    "extracted_final_answer:\n  Ann Lee  \ncorrect: Yesterday's answer\nconfidence: 12.5 %",
+    "EXTRACTED_FINAL_ANSWER: Ann\nCORRECT: YES\nCONFIDENCE: 100",
+    "extracted_final_answer: Ann\nreasoning: it is incorrect",
+    "",
+]
+
+
+@pytest.mark.parametrize("reply", BROWSECOMP_PLUS_REPLIES)
+def test_the_browsecomp_plus_judge_reads_a_reply_as_its_evaluator_does(reply):
+    theirs = parse_judge_response(reply)
+    verdict = parse_browsecomp_plus(reply)
+    assert PRESETS["browsecomp_plus"].parse is parse_browsecomp_plus
+    if theirs["parse_error"]:  # no verdict there: never an answer judged right (a wrong one in its Accuracy)
+        assert not verdict.parsed and verdict.metrics == {"judge_correct": None, "confidence": None}
+        return
+    confidence = theirs["confidence"]
+    assert verdict.label == ("yes" if theirs["correct"] else "no")
+    assert verdict.metrics == {"judge_correct": float(theirs["correct"]),
+                               "confidence": None if confidence is None else confidence / 100.0}
+    assert verdict.extracted_answer == theirs["extracted_final_answer"]
+
+
+def test_the_browsecomp_preset_keeps_its_own_reading():
+    assert PRESETS["browsecomp"].parse is parse_browsecomp
+    assert parse_browsecomp("Correct : yes").label == "yes" and parse_browsecomp("correct: **yes**").label == "yes"
+    assert not parse_browsecomp("correct: yes\ncorrect: no").parsed

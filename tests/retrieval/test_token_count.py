@@ -4,7 +4,7 @@ import json
 import random
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from rollout.errors import RetrievalError
 from rollout.retrieval.encoder import bundled_model_path
@@ -56,3 +56,34 @@ def test_bad_tokenizer_names_say_what_to_pass(tmp_path):
         load_token_counter(str(tmp_path / "tokenizer.json"))
     folder = load_token_counter(bundled_model_path())  # a folder holding tokenizer.json
     assert folder.count("Arlen Voss") == COUNTER.count("Arlen Voss")
+
+
+def _browsecomp_plus_snippet(tokenizer: Tokenizer, text: str, snippet_max_tokens: int) -> str:
+    # Copied from texttron/BrowseComp-Plus searcher/tools.py (commit 97c637c), `search`: its snippet is the decoded
+    # first `snippet_max_tokens` tokens (a `tokenizers.Tokenizer` here in place of its transformers AutoTokenizer,
+    # whose `encode`/`decode` are the same calls on the same tokenizer.json).
+    tokens = tokenizer.encode(text, add_special_tokens=False).ids
+    if len(tokens) > snippet_max_tokens:
+        truncated_tokens = tokens[:snippet_max_tokens]
+        return tokenizer.decode(truncated_tokens, skip_special_tokens=True)
+    return text
+
+
+def test_a_cut_keeps_its_last_tokens_whitespace_as_browsecomp_plus_snippets_do():
+    # Qwen's kind of tokenizer: byte-level BPE, where a run of spaces or newlines is a token of its own, so the
+    # first N tokens can end in whitespace (trained here, offline).
+    texts = ["Kelmor glassworks\n\nFounded in 1921 by Arlen Voss.  It outlived its founder.\n",
+             "Title line\n\n\nBody   text with  double  spaces\tand tabs\t\tand a last line\n\n",
+             "one two three four five six seven eight nine ten"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(texts * 3, trainers.BpeTrainer(vocab_size=300, show_progress=False))
+    counter = TokenCounter(tokenizer, "bpe")
+    ending_in_whitespace = 0
+    for text in texts:
+        for max_tokens in range(1, len(tokenizer.encode(text).ids) + 2):
+            cut = _browsecomp_plus_snippet(tokenizer, text, max_tokens)
+            assert counter.truncate(text, max_tokens) == cut, (text[:20], max_tokens)
+            ending_in_whitespace += cut != cut.rstrip()
+    assert ending_in_whitespace  # the texts exercise what stripping would change
