@@ -173,7 +173,7 @@ class ChatClient:
                     raise failure.error(failure.description) from e
                 if attempt > retries:
                     if failure.timeout:  # other failures surface as the task's error alone
-                        logger.warning("%s", gave_up_line(failure.description, attempts=attempt))
+                        logger.warning("%s", self.settings.named(gave_up_line(failure.description, attempts=attempt)))
                     budget = f"; llm.max_retries={retries}" if max_retries is None else ""
                     raise LLMError(f"{failure.description} (gave up after {attempt} attempts{budget})") from e
             else:
@@ -181,12 +181,12 @@ class ChatClient:
                 reply = parse(response, self.settings.base_url, endpoint, (now - t0) * 1000, attempt)
                 if now - t_sent > self.slow_call_s:
                     completion_tokens = (reply.usage or {}).get("completion_tokens")
-                    logger.warning("%s", slow_line(now - t_sent, self.settings.base_url, completion_tokens,
-                                                   self.slow_call_s))
+                    logger.warning("%s", self.settings.named(slow_line(now - t_sent, self.settings.base_url,
+                                                                       completion_tokens, self.slow_call_s)))
                 return replace(reply, sent=sent, request_ms=(now - t_sent) * 1000, server_ms=server_ms(response))
             wait = self.retry.delay(attempt - 1, failure.retry_after_s, self._rng)
-            logger.warning("%s", retry_line(failure.description, timeout=failure.timeout, retry=attempt,
-                                            retries=retries, wait_s=wait))
+            logger.warning("%s", self.settings.named(retry_line(failure.description, timeout=failure.timeout,
+                                                                retry=attempt, retries=retries, wait_s=wait)))
             await asyncio.sleep(wait)
 
     def _request(self, body: dict[str, Any], sampling: Mapping[str, Any] | None, extra_body: Mapping[str, Any] | None,

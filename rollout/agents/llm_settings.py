@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,28 @@ from rollout.errors import ConfigError
 
 NO_KEY = "EMPTY"
 """Sent when the key's environment variable is unset: local servers (vLLM, SGLang, Ollama) need none."""
+
+
+_CLIENT_SETTINGS = re.compile(r"\bllm\.((?:base_url|model|api_key_env|timeout_s|max_retries|sampling|prices|"
+                              r"context_window)(?:\.\w+)?)(?:=([^\s,;:)]+))?")
+"""A setting of the `llm:` block as the client names it in its messages (`llm.base_url=URL`)."""
+
+
+def named_as(message: str, names: Mapping[str, str]) -> str:
+    """`message`, which names the client's `llm.` settings, with each setting named as the place its settings came
+    from names it (`names`: `--base-url URL` on the judge's command line, `judge.base_url=URL` in a run's config; a
+    setting not in it is `<names["block"]>.<setting>`), keeping the value the message gives (`llm.max_retries=2` is
+    `--max-retries 2`)."""
+
+    def name(found: re.Match[str]) -> str:
+        setting, value = found[1], found[2]
+        option = names.get(setting) or f"{names.get('block', 'llm')}.{setting}"
+        if value is None:
+            return option
+        stem = re.split(r"[= ]", option, maxsplit=1)[0]
+        return f"{stem} {value}" if stem.startswith("--") else f"{stem}={value}"
+
+    return _CLIENT_SETTINGS.sub(name, message)
 
 
 def plain(config: Any) -> Any:
@@ -44,6 +67,9 @@ class LLMSettings:
     context_window: int | None = None
     """The model's context length in tokens: a request whose prompt plus `max_tokens` would pass it is not sent
     (`rollout.agents.context_window`); None leaves the check to the server."""
+    names: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    """How the place these settings came from names them when it is not an agent's `llm:` block (the judge's
+    command line, a run's `judge:` block, a trainer's reward): the client's warnings name them so (`named`)."""
 
     @classmethod
     def from_config(cls, llm: Mapping[str, Any] | DictConfig | None, agent: str = "openai") -> LLMSettings:
@@ -84,6 +110,10 @@ class LLMSettings:
         if settings.max_retries < 0:
             raise ConfigError(f"llm.max_retries={settings.max_retries} must be 0 or more")
         return settings
+
+    def named(self, message: str) -> str:
+        """`message`, which names the `llm.` settings, naming them as the place these settings came from does."""
+        return message if self.names is None else named_as(message, self.names)
 
     def api_key(self) -> str:
         return (os.environ.get(self.api_key_env) if self.api_key_env else None) or NO_KEY

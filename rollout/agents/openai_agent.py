@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest, refused
-from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message
+from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message, unread_call_error
 from rollout.answer_tag import check_answer_tag, last_answer, system_prompt_with_answer_tag, tag_strings
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
 from rollout.events import CUT_AT_LIMIT, EventLog, LLMOutputEvent, LLMThinkingEvent
@@ -108,7 +108,10 @@ class OpenAIAgent:
     `llm.context_window` shows cannot fit) ends the task with prediction "" and `AgentResult.out_of_context`, the
     server's message kept. A tool call the server returns as text on a turn that offered tools means it has no tool
     parser: with `text_tool_calls="refuse"` that stops the run (`ServerSetupError`, naming the server flag), with
-    `"parse"` the call is parsed here (`rollout.agents.text_tool_calls`) and run.
+    `"parse"` the call is parsed here (`rollout.agents.text_tool_calls`) and run. A reply that opens as a call to an
+    offered tool is a call attempt whatever follows: one whose arguments cannot be read (no JSON object, or cut short)
+    goes back to the model as an error saying why, in either setting (a server's tool parser returns such a call as
+    text too, so it tells nothing of the server), and on the last turn it is no answer (`out_of_turns`).
 
     The answer is the final message's short answer (`extract_answer`); with `answer_tag` (`agent.answer_tag=answer`)
     it is the content of the last complete `<answer>…</answer>` of that reply as the model wrote it, read by the
@@ -188,10 +191,12 @@ class OpenAIAgent:
         finally:
             await self.client.aclose()
         found = None if reply.tool_calls else find_text_tool_calls(split_thinking(reply.content)[0], {name})
-        if found is not None and self.text_tool_calls == "refuse":
+        # A call that cannot be read proves nothing: a server's tool parser returns such a call as text too.
+        read = found is not None and any(call.unread is None for call in found.calls)
+        if read and self.text_tool_calls == "refuse":
             raise ServerSetupError(no_parser_message(found, reply.content or ""))
         logger.debug("tool-parser preflight: %s", "native tool call" if reply.tool_calls else
-                     "tool call as text, parsed here" if found else "no tool call (inconclusive)")
+                     "tool call as text, parsed here" if read else "no tool call (inconclusive)")
 
     deterministic = False
 
@@ -219,8 +224,14 @@ class OpenAIAgent:
             written = None if reply.tool_calls else find_text_tool_calls(content, {spec_name(s) for s in specs})
             if written is not None:
                 content = written.rest or None
-            calls = [] if final else reply.tool_calls or self._parsed(written, reply)
-            parsed = [(call, *parse_arguments(call, cut=reply.finish_reason == CUT_AT_LIMIT)) for call in calls]
+            cut = reply.finish_reason == CUT_AT_LIMIT
+            if final:
+                parsed = []
+            elif reply.tool_calls:
+                parsed = [(call, *parse_arguments(call, cut=cut)) for call in reply.tool_calls]
+            else:
+                parsed = self._parsed(written, reply, cut=cut)
+            calls = [call for call, _, _ in parsed]
             if thinking:
                 events.emit(LLMThinkingEvent(turn=turn, content=thinking))
             events.emit(LLMOutputEvent(
@@ -247,17 +258,23 @@ class OpenAIAgent:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         raise AssertionError("unreachable: the last turn always answers")
 
-    def _parsed(self, written: TextToolCalls | None, reply: Completion) -> list[ToolCallRequest]:
-        """The calls a reply wrote as text, as requests to run (`text_tool_calls="parse"`); with "refuse" the run
-        stops: the server has no tool parser."""
+    def _parsed(self, written: TextToolCalls | None, reply: Completion, *,
+                cut: bool) -> list[tuple[ToolCallRequest, dict[str, Any] | None, str | None]]:
+        """The calls a reply wrote as text, as (request, arguments, error the model reads) to run
+        (`text_tool_calls="parse"`); with "refuse" a call that could be read stops the run: the server has no tool
+        parser. A call that could not be read goes to the model as written, with why, in either setting: a server's
+        tool parser returns such a call as text too, so it tells nothing of the server."""
         if written is None:
             return []
-        if self.text_tool_calls == "refuse":
+        if self.text_tool_calls == "refuse" and any(c.unread is None for c in written.calls):
             raise ServerSetupError(no_parser_message(written, reply.content or ""))
-        # A call cut at the token limit goes to the model as written: its arguments are no JSON, and it reads why.
-        return [ToolCallRequest(id=f"call_{uuid.uuid4().hex[:12]}_{i}", name=c.name,
-                                arguments=json.dumps(c.arguments) if c.cut is None else c.cut)
-                for i, c in enumerate(written.calls)]
+        parsed: list[tuple[ToolCallRequest, dict[str, Any] | None, str | None]] = []
+        for i, c in enumerate(written.calls):
+            request = ToolCallRequest(id=f"call_{uuid.uuid4().hex[:12]}_{i}", name=c.name,
+                                      arguments=json.dumps(c.arguments) if c.unread is None else c.unread)
+            parsed.append((request, c.arguments, None) if c.unread is None
+                          else (request, None, unread_call_error(c, cut=cut)))
+        return parsed
 
     @staticmethod
     def _assistant_message(content: str | None, calls: list[ToolCallRequest]) -> dict[str, Any]:

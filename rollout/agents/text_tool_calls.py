@@ -17,6 +17,11 @@ text. Taken as the answer it would be scored as one, so the formats served model
 A call counts only when it names a tool that was offered: a JSON answer that happens to have a `name` is not a call.
 Text with HTML entities (`&#34;` or `&quot;` for quotes, as llama-cpp-python's server returns it) is read unescaped
 when the text as it is holds no call.
+
+A reply that opens as a call to an offered tool (`functions.NAME:`, `function.NAME:`, `<tool_call>` naming it,
+`<function=NAME>`, `[TOOL_CALLS]`, a bare `{"name": "NAME"` or a list of such) is a call attempt whatever follows:
+when no call can be read from it (its arguments are no JSON object, or are cut short), it is one call whose arguments
+are `unread`. Such a call is no answer, and the model reads why it was not run (`unread_call_error`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ _PYTHON_TAG = "<|python_tag|>"
 _NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"([\w.\-]+)"')
 _FUNCTIONS = re.compile(r"(?:^|(?<=\s))functions?\.([\w.\-]+):[ \t]*\n?\s*")
 """`functions.name:` as that server's prompt writes it, and `function.name:`, as a small model copies it."""
+_NAMED = re.compile(r'"name"\s*:\s*"([\w.\-]+)"')
+_FUNCTIONS_OPENING = re.compile(r"functions?\.([\w.\-]+):")
+_OPENING = re.compile(r"\s*(?:<\|python_tag\|>)?\s*(?:```(?:json)?\s*)?")
+"""What may come before a call's opening: Llama 3's python tag, a Markdown fence."""
+_FENCE_END = re.compile(r"\s*```\s*$")
 
 
 SERVER_PARSERS = {
@@ -61,9 +71,10 @@ class TextToolCall:
     arguments: dict[str, Any]
     format: str
     """Which format it was written in: hermes, llama3_json, mistral, function or functions."""
-    cut: str | None = None
-    """The arguments as written when they end before their JSON does (a reply cut at the token limit): the call is
-    no answer, and the model reads that its arguments were cut; `arguments` is then {}."""
+    unread: str | None = None
+    """The arguments as written when they are no JSON object (they end before their JSON does, in a reply cut at the
+    token limit, or are no JSON at all); the whole call as written when its arguments cannot be told apart. The call
+    is no answer, and the model reads why it was not run (`unread_call_error`); `arguments` is then {}."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +145,7 @@ def _cut_call(body: str, offered: Collection[str], fmt: str) -> list[TextToolCal
         _DECODER.raw_decode(body.strip())
     except json.JSONDecodeError as e:
         if _ends_inside(body.strip(), e.pos, e.msg):
-            return [TextToolCall(name.group(1), {}, fmt, cut=body.strip())]
+            return [TextToolCall(name.group(1), {}, fmt, unread=body.strip())]
     return []
 
 
@@ -201,7 +212,7 @@ def _functions(text: str, offered: Collection[str]) -> TextToolCalls | None:
             arguments, after = _DECODER.raw_decode(text, match.end())
         except json.JSONDecodeError as e:
             if _ends_inside(text[match.end():], e.pos - match.end(), e.msg):
-                calls.append(TextToolCall(match.group(1), {}, "functions", cut=text[match.end():].strip()))
+                calls.append(TextToolCall(match.group(1), {}, "functions", unread=text[match.end():].strip()))
                 kept.append(text[end:match.start()])
                 end = len(text)
             continue
@@ -210,6 +221,63 @@ def _functions(text: str, offered: Collection[str]) -> TextToolCalls | None:
             kept.append(text[end:match.start()])
             end = after
     return TextToolCalls(calls, "".join(kept + [text[end:]]).strip()) if calls else None
+
+
+def _as_written(call: str) -> str:
+    """The arguments of a JSON call (`{"name": ..., "arguments": ...}`, or a list of one) whose arguments are no JSON
+    object; else the call as written (no JSON, or several calls)."""
+    try:
+        value = json.loads(call)
+    except json.JSONDecodeError:
+        return call
+    value = value[0] if isinstance(value, list) and len(value) == 1 else value
+    arguments = value.get("arguments", value.get("parameters")) if isinstance(value, dict) else {}
+    return call if isinstance(arguments, dict) else arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _attempt(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    """A reply that opens as a call to an offered tool, none of whose calls could be read: one unread call."""
+    body = _FENCE_END.sub("", text[_OPENING.match(text).end():])
+    name = None
+    if (functions := _FUNCTIONS_OPENING.match(body)) is not None:
+        name, fmt, unread = functions.group(1), "functions", body[functions.end():]
+    elif (function := _FUNCTION.match(body)) is not None:
+        name, fmt, unread = function.group(1), "function", function.group(2)
+    elif (hermes := _HERMES.match(body)) is not None:
+        inner = hermes.group(1)
+        if (function := _FUNCTION.match(inner)) is not None:  # Qwen3-Coder's XML inside the block
+            name, fmt, unread = function.group(1), "function", function.group(2)
+        elif (named := _NAMED.search(inner)) is not None:
+            name, fmt, unread = named.group(1), "hermes", _as_written(inner)
+    elif (mistral := _MISTRAL.match(body)) is not None:
+        inner = mistral.group(1).strip()
+        if (v11 := _MISTRAL_ARGS.match(inner)) is not None:
+            name, fmt, unread = v11.group(1), "mistral", inner[v11.end():]
+        elif (named := _NAMED.search(inner)) is not None:
+            name, fmt, unread = named.group(1), "mistral", _as_written(inner)
+    elif (named := _NAME.match(body.removeprefix("["))) is not None:  # one call, or a list of them
+        name, fmt, unread = named.group(1), "llama3_json", _as_written(body.strip())
+    if name not in offered:
+        return None
+    return TextToolCalls([TextToolCall(name, {}, fmt, unread=unread.strip())], "")
+
+
+def unread_call_error(call: TextToolCall, *, cut: bool) -> str:
+    """What the model reads of a call whose arguments could not be read (`call.unread`): why, and that the tool was
+    not called. `cut`: the reply was cut at the token limit, which the error then names as the likely cause."""
+    try:
+        value = json.loads(call.unread or "")
+    except json.JSONDecodeError as e:
+        why = f"it is not valid JSON ({e.msg} at position {e.pos})"
+    else:
+        # Whole calls as written (several, one of them not to an offered tool), or arguments that are no object.
+        calls = value if isinstance(value, list) else [value]
+        why = ("it does not read as calls to the tools offered" if calls and all(isinstance(v, dict) for v in calls)
+               else f"its arguments are not a JSON object (got {type(value).__name__})")
+    if cut:
+        why += " (your reply was cut at the token limit: keep the arguments short)"
+    return (f"Error: your call to {call.name} could not be read: {why}; the tool was not called. Call it again with "
+            "its arguments as a JSON object matching its parameters.")
 
 
 def _find(text: str, offered: Collection[str]) -> TextToolCalls | None:
@@ -221,13 +289,15 @@ def _find(text: str, offered: Collection[str]) -> TextToolCalls | None:
 
 def find_text_tool_calls(text: str | None, offered: Collection[str]) -> TextToolCalls | None:
     """The tool calls naming an `offered` tool that `text` was written as, in the first format that finds any (in
-    the text unescaped when it has HTML entities and holds none as it is); None when it holds none."""
+    the text unescaped when it has HTML entities and holds none as it is); else the one unread call of a reply that
+    opens as a call to an offered tool; None when it holds none."""
     if not text or not offered:
         return None
     found = _find(text, offered)
-    if found is None and "&" in text and (unescaped := html.unescape(text)) != text:
+    unescaped = html.unescape(text) if "&" in text else text
+    if found is None and unescaped != text:
         found = _find(unescaped, offered)
-    return found
+    return found if found is not None else _attempt(unescaped, offered)
 
 
 def no_parser_message(found: TextToolCalls, reply: str) -> str:

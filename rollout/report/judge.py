@@ -25,6 +25,7 @@ from typing import Any
 
 from rollout.agents.context_window import budget_in
 from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, plain
+from rollout.agents.llm_settings import named_as
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 from rollout.records import TaskKey, TaskResult
 from rollout.report.browsecomp_leaderboard import final_response
@@ -41,25 +42,6 @@ CONFIG_NAMES = {"model": "judge.model=NAME", "base_url": "judge.base_url=URL", "
                 "concurrency": "judge.concurrency=N", "block": "judge"}
 """How the judge's settings are named in a run's config (the CLI and the trainers' reward pass their own names). A
 setting not named here is named `<block>.<setting>`, as in the `llm:` block the agents' client names."""
-_CLIENT_SETTINGS = re.compile(r"\bllm\.((?:base_url|model|api_key_env|timeout_s|max_retries|sampling|prices|"
-                              r"context_window)(?:\.\w+)?)(?:=([^\s,;:)]+))?")
-"""A setting of the `llm:` block as the agents' client names it in its messages (`llm.base_url=URL`)."""
-
-
-def named_as(message: str, names: Mapping[str, str]) -> str:
-    """`message`, which names the agents' `llm.` settings (the judge's client is theirs), with each setting named as
-    the place the judge came from names it (`names`: `--base-url URL` on the command line, `judge.base_url=URL` in a
-    run's config), keeping the value the message gives (`llm.max_retries=2` is `--max-retries 2`)."""
-
-    def name(found: re.Match[str]) -> str:
-        setting, value = found[1], found[2]
-        option = names.get(setting) or f"{names.get('block', 'judge')}.{setting}"
-        if value is None:
-            return option
-        stem = re.split(r"[= ]", option, maxsplit=1)[0]
-        return f"{stem} {value}" if stem.startswith("--") else f"{stem}={value}"
-
-    return _CLIENT_SETTINGS.sub(name, message)
 
 
 class JudgeError(LLMError):
@@ -96,7 +78,8 @@ class JudgeSettings:
             raise ConfigError(f"the judge's concurrency {c.get('concurrency')!r} must be at least 1: set "
                               f"{names['concurrency']}")
         try:
-            llm = LLMSettings.from_config(c, agent="judge")
+            # Its client's warnings (retries, timeouts, slow answers) name the settings as the judge's place does.
+            llm = replace(LLMSettings.from_config(c, agent="judge"), names=names)
         except ConfigError as e:
             raise ConfigError(named_as(str(e), names)) from None
         return cls(llm, get_preset(str(c.get("preset") or "simpleqa"), names["preset"]), concurrency, names)

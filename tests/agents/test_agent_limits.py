@@ -204,15 +204,18 @@ SMOLLM2_CUT_CALL = ("function.query_knowledge_base_sparse:\n"
 def test_a_call_written_as_function_dot_or_cut_short_is_still_a_call():
     whole = SMOLLM2_CUT_CALL.replace("&#34;top_k&", "&#34;top_k&#34;: 5}")
     found = find_text_tool_calls(whole, {SPARSE})
-    assert [(c.name, c.arguments, c.cut) for c in found.calls] == [(SPARSE, {"query": "Bota Kaiba", "top_k": 5}, None)]
+    assert [(c.name, c.arguments, c.unread) for c in found.calls] == [
+        (SPARSE, {"query": "Bota Kaiba", "top_k": 5}, None)]
     cut = find_text_tool_calls(SMOLLM2_CUT_CALL, {SPARSE})
-    assert [(c.name, c.arguments, c.cut) for c in cut.calls] == [(SPARSE, {}, '{"query": "Bota Kaiba", "top_k&')]
+    assert [(c.name, c.arguments, c.unread) for c in cut.calls] == [(SPARSE, {}, '{"query": "Bota Kaiba", "top_k&')]
     assert cut.rest == ""
     hermes = find_text_tool_calls('<tool_call>{"name": "%s", "arguments": {"query": "Bo' % SPARSE, {SPARSE})
-    assert hermes.calls[0].cut == '{"name": "%s", "arguments": {"query": "Bo' % SPARSE
-    # Not calls: a tool not offered, a closed block that is no JSON, prose that names the syntax.
+    assert hermes.calls[0].unread == '{"name": "%s", "arguments": {"query": "Bo' % SPARSE
+    # A closed block that is no JSON is a call too, one that could not be read (tests/agents/test_call_attempts.py).
+    closed = find_text_tool_calls('<tool_call>{"name": "%s", "arguments": {"q": }</tool_call>' % SPARSE, {SPARSE})
+    assert closed.calls[0].unread == '{"name": "%s", "arguments": {"q": }' % SPARSE
+    # Not calls: a tool not offered, prose that names the syntax.
     assert find_text_tool_calls(SMOLLM2_CUT_CALL, {DENSE}) is None
-    assert find_text_tool_calls('<tool_call>{"name": "%s", "arguments": {"q": }</tool_call>' % SPARSE, {SPARSE}) is None
     assert find_text_tool_calls("See myfunction.query_knowledge_base_sparse: {1, 2}", {SPARSE}) is None
 
 

@@ -23,8 +23,6 @@ import sysconfig
 import venv
 from pathlib import Path
 
-import pytest
-
 from rollout.paths import PROJECT_ROOT
 
 VENVS_DIR = PROJECT_ROOT / ".venvs"
@@ -68,6 +66,9 @@ def create(target: Path, *, with_pip: bool = True) -> None:
 def trainer_python(name: str) -> Path:
     """The python of trainer venv `name`; skips the test (fails under ROLLOUT_REQUIRE_TRAINERS=1) when it is missing
     or was made from another interpreter."""
+    # Imported here: `create` also runs under interpreters without pytest (a bare one's venv, in the venv tests).
+    import pytest
+
     python = python_of(name)
     ready, sees = VENVS_DIR / name / ".ready", _site_packages(VENVS_DIR / name) / SEES
     if not (python.exists() and ready.exists() and ready.read_text() == " ".join(PACKAGES[name]) + "\n"):
