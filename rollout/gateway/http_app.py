@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 
 from rollout.errors import ConfigError
 from rollout.gateway.auth import BearerTokenAuth
+from rollout.gateway.encodable import TextCheck
 from rollout.gateway.proxy import CATALOG_ROUTE, PROXY_ROUTE, PROXY_SERVER_ROUTE, ToolProxy
 from rollout.gateway.retrieve_api import RETRIEVE_ROUTE, RETRIEVER_ROUTE, RetrieveApi
 from rollout.gateway.runs_api import RUNS_ROUTE, RunsApi
@@ -33,12 +34,15 @@ MCP_PATHS: dict[str, str] = {"streamable-http": "/mcp", "sse": "/sse"}
 
 class GatewayServer(MCPServer):
     """An `MCPServer` with upstream tool sets and the flat-parameter HTTP proxy (`GET /proxy/tools` lists the
-    tools, `POST /proxy/[{server}/]tools/{name}/call` calls one)."""
+    tools, `POST /proxy/[{server}/]tools/{name}/call` calls one); every tool call's text is checked
+    (`rollout.gateway.encodable.TextCheck`)."""
 
     def __init__(self, *args: Any, upstreams: UpstreamTools | None = None,
                  local_fixed_params: Mapping[str, Mapping[str, Any]] | None = None, ledgers: RunLedgers | None = None,
                  **kwargs: Any):
         super().__init__(*args, **kwargs)
+        # Innermost, so that the middleware `build_gateway` puts outside (the stats) records what it refuses.
+        self.middleware.append(TextCheck())
         self.ledgers = ledgers if ledgers is not None else RunLedgers()
         """Where its stats middleware records calls (`rollout.gateway.stats.RunLedgers`); closed when serving ends."""
         self.upstreams = upstreams if upstreams is not None else UpstreamTools()

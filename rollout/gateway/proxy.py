@@ -128,7 +128,7 @@ class ToolProxy:
 
     async def catalog(self, request: Request) -> JSONResponse:
         """`GET /proxy/tools`: every served tool with its function-call spec, call URL and pinned parameters."""
-        refused = await self._host_refusal(request)
+        refused = await self.host_refusal(request)
         if refused is not None:
             return JSONResponse({"error": refused[2]}, status_code=refused[0])
         client = self._session.client
@@ -205,8 +205,9 @@ class ToolProxy:
         return 404, "unknown_tool", (f"server {server!r} serves no tool {name!r}; it is served by "
                                      f"{serving!r}: POST /proxy/{serving}/tools/{name}/call")
 
-    async def _host_refusal(self, request: Request) -> tuple[int, str, str] | None:
-        """(status, outcome, reason) when the Host or Origin header is not one this gateway serves, else None."""
+    async def host_refusal(self, request: Request) -> tuple[int, str, str] | None:
+        """(status, outcome, reason) when the Host or Origin header is not one this gateway serves, else None: the
+        check of the proxy's routes and of the gateway's `/healthz`, as `/mcp` checks its requests."""
         refused = await self._security.validate_request(request, is_post=False)
         if refused is None:
             return None
@@ -214,13 +215,13 @@ class ToolProxy:
             fix = "this gateway answers only requests addressed to it by its loopback name (127.0.0.1 or localhost)"
             seen = request.headers.get("host")
         else:
-            fix = "web pages from other origins may not call this gateway's tools"
+            fix = "web pages from other origins may not read this gateway or call its tools"
             seen = request.headers.get("origin")
         return refused.status_code, "forbidden", f"{bytes(refused.body).decode()} {seen!r}: {fix}"
 
     async def _refusal(self, request: Request) -> tuple[int, str, str] | None:
         """(status, outcome, reason) for a request refused before its body is read, else None."""
-        refused = await self._host_refusal(request)
+        refused = await self.host_refusal(request)
         if refused is not None:
             return refused
         content_type = request.headers.get("content-type", "")

@@ -53,7 +53,7 @@ write non-ASCII text).
 | status | when |
 |---|---|
 | 200 | `{"result": [...]}` for `queries`; `{"result": [[...]], "results": [...]}` for one `query` |
-| 400 | the body is not a JSON object, an unknown key, a bad `topk`, empty `queries`, `queries` and `query` both, a bad query, an `X-Rollout-Step` that is not an integer |
+| 400 | the body is not a JSON object, an unknown key, a bad `topk`, empty `queries`, `queries` and `query` both, a bad query (empty, too long, or holding a lone surrogate such as `"\\ud800"`), an `X-Rollout-Step` that is not an integer |
 | 403 / 421 | the Origin / Host header is not one this gateway serves |
 | 404 | the gateway serves no query tool, or not the one the path names |
 | 413 | the body is over `MAX_BODY_BYTES`, or holds more queries than `max_pending` |
@@ -81,6 +81,7 @@ from starlette.responses import JSONResponse, Response
 
 from envs.mcp_transport import describe
 from rollout.errors import ConfigError
+from rollout.gateway.encodable import lone_surrogate
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.proxy import HEADER_ATTEMPT, HEADER_CALL_ID, HEADER_TASK_ID, HEADER_WORKER_ID
 from rollout.gateway.retrieve_queue import QueryQueue
@@ -216,6 +217,10 @@ def parse_request(raw: bytes, max_top_k: int) -> RetrieveRequest:
             raise Refused(400, "queries is empty: send at least one query")
     else:
         raise Refused(400, f"no queries: send {_EXAMPLE}")
+    found = lone_surrogate(queries)
+    if found is not None:  # the index's encoder, the ledger and the answer could not write it
+        where = "query" if shape == "one_query" else found.where("queries")
+        raise Refused(400, f"{where} {found.describe()}")
     named = [key for key in _TOPK_KEYS if key in body]
     if len(named) > 1:
         raise Refused(400, f"send one of {', '.join(named)}, not several")

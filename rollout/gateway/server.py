@@ -128,7 +128,10 @@ def build_gateway(
         server.serve_runs(RunsApi(ledgers))
 
     @server.custom_route("/healthz", methods=["GET"])
-    async def healthz(_: Request) -> JSONResponse:
+    async def healthz(request: Request) -> JSONResponse:
+        # Checked as every route is: a DNS-rebinding page must not read the tools and their pins.
+        if (refused := await server.proxy.host_refusal(request)) is not None:
+            return JSONResponse({"error": refused[2]}, status_code=refused[0])
         tools = tool_names + server.upstreams.tool_names
         return JSONResponse({"status": "ok", "server_name": gateway.server_name, "tools": tools,
                              "fixed_params": server.fixed_params()})

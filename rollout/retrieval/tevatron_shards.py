@@ -10,11 +10,15 @@ index and gets the searcher's scores. A document cut into passages is found at i
 
 Unpickling can execute code. Shards are read only from the glob the user names (`retriever.dense.tevatron_shards`)
 and through an unpickler that builds nothing but what a shard holds (numpy arrays, lists, tuples, strings): any
-other class a file names is refused before it is loaded.
+other class a file names is refused before it is loaded. Nor may a small file ask for much memory: the pickle memo
+lets it name one row, string or shape a million times for two bytes each. So what unpickling allocates, and the
+values of vectors given as a list, may not exceed the file's size (a shard's data is all written in it), checked
+before anything is allocated.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import logging
@@ -58,13 +62,45 @@ class _Refused(Exception):
     """A shard named a class outside `_ALLOWED`."""
 
 
+class _TooLarge(Exception):
+    """A shard asked for more memory than its file could hold the data of."""
+
+
 class _ShardUnpickler(pickle.Unpickler):
+    """Builds only `_ALLOWED` objects, and of those that allocate (the bytes `_codecs.encode` makes, the array
+    `_reconstruct` makes) no more in all than the file has bytes: a shard's arrays are all written in it, whereas
+    the pickle memo lets a small file name one string or shape a million times."""
+
+    def __init__(self, file: Any, size: int) -> None:
+        super().__init__(file)
+        self._budget = size
+
+    def _spend(self, nbytes: int) -> None:
+        self._budget -= nbytes
+        if self._budget < 0:
+            raise _TooLarge
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in _ALLOWED:
             raise _Refused(f"{module}.{name}")
         if module.startswith("numpy.core.") and hasattr(np, "_core"):
             module = "numpy._core." + module.removeprefix("numpy.core.")  # numpy 2's name: no deprecation warning
-        return super().find_class(module, name)
+        found = super().find_class(module, name)
+        if name == "encode":
+            return functools.partial(self._encode, found)
+        if name == "_reconstruct":
+            return functools.partial(self._reconstruct, found)
+        return found
+
+    def _encode(self, encode: Callable[..., Any], text: Any, *args: Any) -> Any:
+        # An array's bytes, written as latin-1 text (protocol 2): one byte per character, each in the file.
+        self._spend(len(text) if isinstance(text, (str, bytes)) else 0)
+        return encode(text, *args)
+
+    def _reconstruct(self, reconstruct: Callable[..., Any], subtype: Any, shape: Any, dtype: Any) -> Any:
+        # Pickled arrays are made empty, shape (0,), then filled from the file; any other shape allocates.
+        self._spend(int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize)
+        return reconstruct(subtype, shape, dtype)
 
 
 def shard_paths(pattern: str) -> list[Path]:
@@ -99,7 +135,13 @@ def load_shard(path: Path) -> tuple[np.ndarray, list[str]]:
     """One shard's vectors (float32, C order) and docids, checked; a RetrievalError names the file and the problem."""
     try:
         with open(path, "rb") as f:
-            data = _ShardUnpickler(f).load()
+            data = _ShardUnpickler(f, os.fstat(f.fileno()).st_size).load()
+    except _TooLarge as e:
+        raise RetrievalError(
+            f"{path} asks for more memory while unpickling than its {path.stat().st_size} bytes hold data for (data "
+            "named again by reference); it was refused before allocating it; a shard is Tevatron's encode output, "
+            "its vectors a numpy float array"
+        ) from e
     except _Refused as e:
         raise RetrievalError(
             f"{path} asks to load {e} while unpickling, which a Tevatron shard never holds; it was refused, "
@@ -120,10 +162,14 @@ def _checked(path: Path, data: Any) -> tuple[np.ndarray, list[str]]:
         kind = f"a {len(data)}-item {type(data).__name__}" if isinstance(data, (tuple, list)) else type(data).__name__
         raise RetrievalError(f"{path} holds {kind}, not a (vectors, docids) pair; {fix}")
     reps, lookup = data
+    if not isinstance(reps, np.ndarray):
+        _check_list_size(path, reps, fix)
     try:
         vectors = np.asarray(reps)
     except (ValueError, TypeError) as e:  # ragged lists of rows
         raise RetrievalError(f"{path}: its vectors are not a matrix ({e}); {fix}") from e
+    except MemoryError as e:
+        raise RetrievalError(f"{path}: its vectors do not fit in memory as one matrix ({e}); {fix}") from e
     if vectors.ndim != 2 or vectors.dtype.kind != "f" or vectors.shape[1] == 0:
         raise RetrievalError(
             f"{path}: its vectors have shape {vectors.shape} and dtype {vectors.dtype}, not a float matrix of one "
@@ -140,6 +186,32 @@ def _checked(path: Path, data: Any) -> tuple[np.ndarray, list[str]]:
                              "encode that shard again")
     # faiss takes float32; Tevatron's fp16 encodes become float32 exactly, as faiss' own Python wrapper makes them.
     return np.ascontiguousarray(vectors, dtype=np.float32), [str(d) for d in lookup]
+
+
+def _check_list_size(path: Path, reps: Any, fix: str) -> None:
+    """Refuse vectors given as nested lists that hold more values than the file has bytes, before numpy makes them
+    one matrix. Tevatron writes a numpy array, whose values are all in the file; a pickled list can name one row a
+    million times for two bytes each (the pickle memo), and a 12 MB file would ask for gigabytes. Every value of
+    rows that are not repeated costs at least one byte of the file, so an honest list always passes."""
+    shape: list[int] = []
+    item = reps
+    # Along the first items: numpy refuses ragged nesting anyway, so these lengths are the matrix's if it is one.
+    while isinstance(item, (list, tuple, np.ndarray)) and len(shape) < 32:
+        if isinstance(item, np.ndarray):
+            shape.extend(item.shape)
+            break
+        shape.append(len(item))
+        if not item:
+            break
+        item = item[0]
+    values = int(np.prod(shape, dtype=object)) if shape else 1
+    size = path.stat().st_size
+    if values > size:
+        raise RetrievalError(
+            f"{path}: its vectors are a list of {' x '.join(map(str, shape))} values, more than its {size} bytes "
+            f"can hold (one row repeated by reference); it was refused before numpy allocated it; {fix} (vectors a "
+            "numpy float array)"
+        )
 
 
 def check_width(dimension: int, encoder: TextEncoder | None, where: str) -> None:

@@ -8,6 +8,7 @@ row i answering as the i-th docid.
 
 from __future__ import annotations
 
+import _codecs
 import json
 import logging
 import os
@@ -328,3 +329,69 @@ def test_the_shards_and_the_pooling_join_the_runs_identity_and_older_runs_still_
     earlier = RunIdentity(settings=settings, gateway_file_sha256="g", tools={}, dataset={})
     now = RunIdentity(settings=old, gateway_file_sha256="g", tools={}, dataset={})
     assert now.differences(earlier) == []
+
+
+def test_vectors_listing_one_row_many_times_are_refused_before_numpy_allocates_them(tmp_path):
+    """A list naming one row 100,000 times pickles in about 200 KB (each repeat a two-byte memo reference) but asks
+    numpy for 1.6 million values: more than the file could hold. At BrowseComp-Plus' width, 3 million repeats make a
+    12 MB file ask for gigabytes; the shard must be refused naming the file, before anything is allocated."""
+    row = [0.25] * DIMENSION
+    path = write_shard(tmp_path / "corpus.shard0.pkl", [row] * 100_000, [docid(10)] * 100_000)
+    with pytest.raises(RetrievalError) as info:
+        load_shard(path)
+    message = str(info.value)
+    assert f"{path}: its vectors are a list of 100000 x {DIMENSION} values" in message
+    assert f"more than its {path.stat().st_size} bytes can hold" in message
+    assert "numpy float array" in message
+
+
+def test_vectors_as_a_list_of_distinct_rows_are_still_read(tmp_path):
+    vectors = np.random.default_rng(5).standard_normal((40, DIMENSION)).astype(np.float32)
+    rows = [[float(x) for x in row] for row in vectors]
+    path = write_shard(tmp_path / "corpus.shard0.pkl", rows, [docid(i) for i in range(40)])
+    read, docids = load_shard(path)
+    np.testing.assert_array_equal(read, vectors)
+    assert docids == [docid(i) for i in range(40)]
+    # A list of numpy rows, as a hand-written shard may hold, too.
+    path = write_shard(tmp_path / "corpus.shard1.pkl", list(vectors), [docid(i) for i in range(40)])
+    np.testing.assert_array_equal(load_shard(path)[0], vectors)
+
+
+_reconstruct = np.zeros(1).__reduce__()[0]
+"""numpy's `_reconstruct`, under the module name of the numpy installed (`numpy._core` or `numpy.core`)."""
+
+
+class EmptyArray:
+    """Unpickles as numpy's `_reconstruct` of an array of `shape`: allocated, never filled from the file."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+    def __reduce__(self):
+        return (_reconstruct, (np.ndarray, self.shape, np.dtype(np.float32)))
+
+
+class Encoded:
+    """Unpickles as `_codecs.encode(text, "latin1")`, as protocol 2 writes an array's bytes; the text memoized."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __reduce__(self):
+        return (_codecs.encode, (self.text, "latin1"))
+
+
+@pytest.mark.parametrize("kind", ["shape", "bytes"])
+def test_a_shard_asking_for_more_memory_than_its_bytes_hold_is_refused_while_unpickling(tmp_path, kind):
+    """An array made at a shape the file never fills (6.4 MB from a few hundred bytes), or one string encoded a
+    thousand times over (10 MB from 25 KB): the unpickler spends no more than the file's size."""
+    if kind == "shape":
+        data = (EmptyArray((100_000, DIMENSION)), [docid(10)])
+    else:
+        text = "x" * 10_000  # one string, written once and named again by reference
+        data = ([Encoded(text) for _ in range(1_000)], [docid(10)])
+    path = write_shard(tmp_path / "corpus.shard0.pkl", *data)
+    with pytest.raises(RetrievalError) as info:
+        load_shard(path)
+    assert str(info.value).startswith(f"{path} asks for more memory while unpickling than its "
+                                      f"{path.stat().st_size} bytes hold data for")

@@ -157,6 +157,10 @@ def get_document(docid: DocId, ctx: Context) -> Annotated[CallToolResult, Docume
     """Return the full text of a document, given its docid (as a search result gave it)."""
     kb = kb_of(ctx)
     doc = docid.strip()
+    # Bounded as a query is (`KnowledgeBase.check_query`): the errors below echo the docid to the model.
+    if len(doc) > kb.max_query_chars:
+        raise ToolError(f"docid is {len(doc)} characters; the limit is {kb.max_query_chars}: pass a docid that a "
+                        "search returned")
     try:  # one lookup of the docid (on a corpus store, a search of its document hashes)
         parts = kb.doc_passages(doc)
     except KeyError:
