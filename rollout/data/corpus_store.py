@@ -7,13 +7,19 @@ its source, into the cache as `corpus-store-<key>/`:
     passages.arrow   columns id, title, text, doc_id (Arrow IPC file, uncompressed, so it can be memory-mapped)
     ids.npy          per row, a 64-bit hash of its id, sorted; rows.npy the row of each (row order among equal hashes)
     docs.npy         the same for each row's source document (`Passage.source_id`); doc_rows.npy its rows
-    meta.json        written last: passages, the corpus fingerprint (`rollout.retrieval.cache.corpus_fingerprint`)
+    meta.json        written last: passages, the corpus fingerprint (`rollout.retrieval.cache.corpus_fingerprint`),
+                     the sha256 of each of the four .npy files
 
-Opening it reads meta.json and the Arrow footer. A passage is built when a row is asked for: its four strings are
-read with `pread` at the offsets the memory-mapped offset arrays give, so a process holds none of the text in its
-resident set (a fault on the mapping maps a whole page-cache folio: 1.5 MB a passage read on average here, for a
-few hundred bytes); the page cache the kernel shares between processes serves the reads. A scan (`__iter__`,
-`contents`: an index build) reads the mapped columns in bulk.
+Opening it reads meta.json and the Arrow footer; `open_corpus` also checks the .npy files against their sha256 (a
+few flipped bits there lose a document or name a row out of range, silently). The text is not checked: it is most of
+the store's bytes, and reading them all at each start is what the store avoids. A store `open_corpus` cannot use
+(no meta.json: a disk that filled up, a copy cut short; unreadable; a checksum that differs) is written again, with
+a warning.
+
+A passage is built when a row is asked for: its four strings are read with `pread` at the offsets the memory-mapped
+offset arrays give, so a process holds none of the text in its resident set (a fault on the mapping maps a whole
+page-cache folio: 1.5 MB a passage read on average here, for a few hundred bytes); the page cache the kernel shares
+between processes serves the reads. A scan (`__iter__`, `contents`: an index build) reads the mapped columns in bulk.
 An id or document lookup binary-searches the hash arrays (also memory-mapped) and compares the ids themselves, so a
 hash collision costs a comparison, never a wrong row. The key is the source's spec and the size and modification
 time of its files (`rollout.data.materialize`): an edited corpus gets a new store.
@@ -26,15 +32,16 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
 
+from rollout.cache_folder import remove_abandoned, temp_dir_for, writes_cache
 from rollout.data.materialize import corpus_cache_key
 from rollout.data.specs import CorpusSpec
 from rollout.errors import DataError
@@ -46,6 +53,10 @@ STORE_VERSION = 1
 """Bump when the files of a store change: a store of another version is rebuilt."""
 _PASSAGES = "passages.arrow"
 _META = "meta.json"
+_ARRAYS = ("ids.npy", "rows.npy", "docs.npy", "doc_rows.npy")
+"""The files whose sha256 meta.json records: small (32 bytes a passage together), read whole at open, and what every
+lookup trusts."""
+_UNCHECKED = "has no checksums (written by an earlier version)"
 _SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string()), ("doc_id", pa.string())])
 _BATCH_ROWS = 65_536
 _BATCH_BYTES = 64 * 1024 * 1024
@@ -142,6 +153,15 @@ class CorpusStore(Sequence[Passage]):
 
     def doc_rows_of(self, doc: str) -> tuple[int, ...]:
         return tuple(self._docs.rows(doc, self.source_id))
+
+    def damage(self) -> str | None:
+        """What is wrong with the id and row arrays (a sha256 that differs from the one recorded when they were
+        written, or none recorded); None when they are as written."""
+        recorded = json.loads((self.path / _META).read_text(encoding="utf-8")).get("checksums")
+        if not isinstance(recorded, dict):
+            return _UNCHECKED
+        changed = [name for name, digest in _checksums(self.path).items() if recorded.get(name) != digest]
+        return f"has {', '.join(changed)} changed since it was written (its checksum differs)" if changed else None
 
 
 class _ColumnReader:
@@ -246,9 +266,20 @@ def write_store(passages: Iterable[Passage], path: Path) -> int:
         np.save(path / hash_name, values[order], allow_pickle=False)
         np.save(path / rows_name, order.astype(np.int64), allow_pickle=False)
     _check_unique_ids(path)
-    (path / _META).write_text(json.dumps({"version": STORE_VERSION, "passages": n, "fingerprint": digest.hexdigest()}),
-                              encoding="utf-8")
+    (path / _META).write_text(json.dumps({"version": STORE_VERSION, "passages": n, "fingerprint": digest.hexdigest(),
+                                          "checksums": _checksums(path)}), encoding="utf-8")
     return n
+
+
+def _checksums(path: Path) -> dict[str, str]:
+    """The sha256 of each of the store's arrays, hashed side by side (hashlib lets go of the GIL while it hashes)."""
+    with ThreadPoolExecutor(len(_ARRAYS)) as pool:
+        return dict(zip(_ARRAYS, pool.map(lambda name: _sha256(path / name), _ARRAYS), strict=True))
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _check_unique_ids(path: Path) -> None:
@@ -284,24 +315,38 @@ def _batches(passages: Iterable[Passage]) -> Iterator[list[list[Any]]]:
         yield columns
 
 
+@writes_cache
 def open_corpus(source: Path | str | CorpusSpec, cache_dir: Path) -> CorpusStore:
-    """The store of the corpus `source` names (a corpus file or folder, or a spec), written into `cache_dir` once.
+    """The store of the corpus `source` names (a corpus file or folder, or a spec), written into `cache_dir` once,
+    and written again when the one there cannot be used (with a warning saying why).
 
     Ids are checked as `load_corpus` checks them (a repeated id is a `DataError`); malformed lines are skipped with
-    the same warnings. Two processes writing the same store at once both finish; the first rename wins."""
+    the same warnings. Two processes writing the same store at once both finish; the first rename wins. Temporaries
+    that killed writes left in `cache_dir` are removed first (`rollout.cache_folder`)."""
     from rollout.data.loaders import iter_corpus_spec  # the loaders import pyarrow's readers only when reading
 
     spec = source if isinstance(source, CorpusSpec) else CorpusSpec(path=str(source))
     final = Path(cache_dir) / f"corpus-store-v{STORE_VERSION}-{corpus_cache_key(spec)}"
-    if (final / _META).is_file():
-        try:
-            return CorpusStore(final)
-        except DataError as e:
-            logger.warning("%s; writing it again", e)
-            shutil.rmtree(final, ignore_errors=True)
+    remove_abandoned(final.parent)
+    if final.is_dir():
+        store, problem = _usable(final)
+        if store is not None:
+            return store
+        if problem.endswith(_UNCHECKED):
+            # Written before checksums were recorded: written again once, so that every store served is checked.
+            # A store is cheap to write again next to what it protects (a silently wrong lookup), and the indexes
+            # stay: they are keyed by the corpus' fingerprint, which writing the store again does not change.
+            # A read-only cache (prebuilt, shared) cannot take the new store: there it is served as it is.
+            if not os.access(final.parent, os.W_OK):
+                logger.debug("%s; served as it is: the cache folder is read-only", problem)
+                return CorpusStore(final)
+            logger.info("%s; writing it again once", problem)
+        else:
+            logger.warning("%s; writing it again", problem)
+        _discard(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     logger.info("Writing the corpus store for %s to %s (once; later starts map it)", spec.source, final)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    tmp = temp_dir_for(final)
     try:
         n = write_store(iter_corpus_spec(spec, check_ids=False), tmp / "store")
         try:
@@ -313,6 +358,37 @@ def open_corpus(source: Path | str | CorpusSpec, cache_dir: Path) -> CorpusStore
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("Wrote %d passages to the corpus store %s", n, final)
     return CorpusStore(final)
+
+
+def _usable(final: Path) -> tuple[CorpusStore | None, str]:
+    """The store at `final` if it can be used as it is, else None and what is wrong with it."""
+    if not (final / _META).is_file():
+        # meta.json is written last, into a temporary renamed whole: a store folder without it never was complete.
+        return None, (f"the corpus store at {final} is incomplete (no meta.json: a disk that filled up, or a copy cut "
+                      "short)")
+    try:
+        store = CorpusStore(final)
+        problem = store.damage()
+    except DataError as e:
+        return None, str(e)
+    except (OSError, ValueError) as e:  # meta.json read once more, or a .npy file, and found unreadable
+        return None, f"the corpus store at {final} cannot be read ({e})"
+    return (store, "") if problem is None else (None, f"the corpus store at {final} {problem}")
+
+
+def _discard(final: Path) -> None:
+    """Move a store that cannot be used out of the way, then delete it: renamed at once, so a process opening it
+    meanwhile sees the whole old store or none (one that maps it keeps its files until it closes them)."""
+    trash = temp_dir_for(final, "broken")
+    try:
+        os.rename(final, trash / final.name)
+    except FileNotFoundError:  # another process moved it first
+        pass
+    except OSError as e:
+        if final.is_dir():
+            raise DataError(f"cannot remove the unusable corpus store at {final} ({e}); delete that directory and "
+                            "it is written again") from e
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def source_id_of(passages: Sequence[Passage], row: int) -> str:

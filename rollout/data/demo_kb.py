@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout.cache_folder import temp_prefix, writes_cache
 from rollout.data.demo_world import Draft, World, article, build_world, fact_drafts, filler_drafts
 from rollout.records import Passage, Question
 
@@ -231,6 +232,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+@writes_cache
 def ensure_demo_kb(cache_dir: Path, *, n_passages: int = 2000, n_questions: int = 200,
                    seed: int = 0) -> DemoKB:
     """Generate the demo knowledge base under `cache_dir` once; later calls reuse the files."""
@@ -245,7 +247,7 @@ def ensure_demo_kb(cache_dir: Path, *, n_passages: int = 2000, n_questions: int 
     cache_dir.mkdir(parents=True, exist_ok=True)
     passages, questions = generate_demo_kb(n_passages=n_passages, n_questions=n_questions, seed=seed)
     # Written into a scratch folder and renamed, so readers never see half a knowledge base.
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
+    scratch = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), dir=cache_dir))
     try:
         _write_jsonl(scratch / kb.corpus_path.name, [p.to_json() for p in passages])
         _write_jsonl(scratch / kb.questions_path.name, [q.to_json() for q in questions])

@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from rollout.cache_folder import temp_prefix, writes_cache
 from rollout.data.folder import folder_stamp, is_source_folder
 from rollout.data.loaders import CORPUS_FORMAT, iter_corpus_spec
 from rollout.data.sources import is_plain_jsonl
@@ -33,6 +34,7 @@ _FORMAT_VERSION = 1
 """Bump when the materialized output for the same spec changes (parsing, chunking)."""
 
 
+@writes_cache
 def materialize_corpus(spec: CorpusSpec, cache_dir: Path) -> Path:
     """Path of a FlashRAG jsonl holding the corpus `spec` names: the source itself when it already is one."""
     spec.check()
@@ -44,7 +46,7 @@ def materialize_corpus(spec: CorpusSpec, cache_dir: Path) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     logger.info("Writing corpus from %s to %s (once; later runs reuse it)", spec.source, target)
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target.name), dir=target.parent)
     try:
         n = 0
         with os.fdopen(fd, "w", encoding="utf-8") as f:

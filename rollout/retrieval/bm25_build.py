@@ -9,7 +9,9 @@ share of the corpus at a time:
    the store itself; a chunk comes back as its own vocabulary (first-seen order), each passage's length and each
    passage's distinct terms with their counts (in the order bm25s counts them). The driver merges the
    vocabularies in chunk order, so term ids are the ones a single pass gives; counts document frequencies; and
-   spills each chunk's (term, count) pairs to a file in the build directory.
+   spills each chunk's (term, count) pairs to a file in the build directory (`.spill/`, deleted when the build ends;
+   a build killed halfway leaves it inside the cache's temporary, which the next start removes with it:
+   `rollout.cache_folder`).
 2. **Score** each spilled chunk with the final idf and average length, bm25s' `atire` formula in float64 term by
    term as bm25s computes it, and scatter the scores into the memory-mapped `data` / `indices` arrays at their
    column's place (`indptr` is the running sum of the document frequencies; a column's passages ascend, as

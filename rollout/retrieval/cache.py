@@ -7,12 +7,12 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rollout.cache_folder import remove_abandoned, temp_dir_for, writes_cache
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
@@ -91,6 +91,7 @@ def dense_cache_params(params: DenseParams, encoder: TextEncoder) -> dict[str, A
     return key
 
 
+@writes_cache
 def load_or_build_indexes(
     passages: Sequence[Passage],
     cache_dir: Path,
@@ -114,6 +115,8 @@ def load_or_build_indexes(
     `params.dense` only when needed.
     `corpus_path` only names the corpus file in error messages. With `on_ray`, an index that must be built is
     built on the connected Ray cluster (`rollout.retrieval.ray_build`): the same index, cached the same way.
+    Temporaries that killed builds left in `cache_dir` are removed first (`rollout.cache_folder`); a `cache_dir` that
+    cannot be written is a `ConfigError` naming it.
     """
     params = RetrievalParams() if params is None else params
     kinds = _check_which(which)
@@ -121,6 +124,7 @@ def load_or_build_indexes(
         raise RetrievalError("the corpus is empty; load passages before building indexes")
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(cache_dir)
     corpus_hash = corpus_fingerprint(passages)
     retrievers: dict[str, Retriever] = {}
     if "dense" in kinds:
@@ -135,7 +139,8 @@ def load_or_build_indexes(
     if "sparse" in kinds and params.sparse.index_path is not None:
         started = time.perf_counter()
         retrievers["sparse"] = LuceneRetriever.open(
-            params.sparse.index_path, corpus_rows_of(passages), k1=params.sparse.k1, b=params.sparse.b
+            params.sparse.index_path, corpus_rows_of(passages), k1=params.sparse.k1, b=params.sparse.b,
+            passages=passages,
         )
         logger.info(
             "opened Lucene index %s in %.2f s (Java and Pyserini start included)",
@@ -253,7 +258,7 @@ def _load_checked(
 
 def _discard(final: Path) -> None:
     """Move a broken cache entry out of the way (atomically, so a concurrent reader never sees half), then delete it."""
-    trash = Path(tempfile.mkdtemp(prefix=f".broken-{final.name}-", dir=final.parent))
+    trash = temp_dir_for(final, "broken")
     try:
         os.rename(final, trash / final.name)
     except OSError as e:
@@ -293,7 +298,7 @@ def _load_or_build(
     logger.info("building %s index (%d passages)", kind, num_passages)
     started = time.perf_counter()
     # Write next to the final directory, then rename: a reader sees a complete index or none.
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    tmp = temp_dir_for(final)
     try:
         if build_into is not None:
             retriever = build_into(tmp)

@@ -32,6 +32,7 @@ from typing import overload
 
 import numpy as np
 
+from rollout.cache_folder import temp_prefix
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import PAD_INDEX, Hits, Retriever, check_k, empty_hits, query_list
@@ -193,7 +194,7 @@ def _load(final: Path, n_rows: int) -> dict[str, np.ndarray] | None:
 def _save(spans: dict[str, np.ndarray], final: Path, n_rows: int) -> None:
     """Written aside and renamed: a reader sees all of it or none; a concurrent writer's copy is as good."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final.name), dir=final.parent))
     try:
         for name in _ARRAYS:
             np.save(tmp / f"{name}.npy", spans[name], allow_pickle=False)

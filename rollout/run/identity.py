@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.agents.chat_template import load_chat_template
+from rollout.cache_folder import writes_cache
 from rollout.run.config import RunConfig
 from rollout.run.dataset import PreparedData
 from rollout.run.identity_keys import DEMO_ONLY, HASH_CHARS, is_identity_key, is_under, sha256_hex
@@ -95,6 +96,7 @@ RECORDED_LATER: dict[str, Any] = {
 then still resumes. The values are history, not today's defaults, so they never follow a change of default."""
 
 
+@writes_cache
 def _file_sha256(path: Path, cache_dir: Path) -> str:
     """sha256 of a file's bytes, remembered in `cache_dir` per (path, size, mtime): a large corpus is read once."""
     path = path.expanduser().resolve()

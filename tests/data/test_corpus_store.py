@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from rollout.data import CorpusSpec, CorpusStore, load_corpus, load_corpus_spec, open_corpus
 from rollout.data.corpus_store import write_store
 from rollout.errors import DataError
+from rollout.paths import PROJECT_ROOT
 from rollout.records import Passage
 from rollout.retrieval.cache import corpus_fingerprint
 from tests.data.helpers import write_folder, write_jsonl
@@ -112,3 +115,132 @@ def test_two_processes_map_one_store(corpus, tmp_path):
             "print(s[1].text); print(s.rows_of(['c-0'])[0])")
     out = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[-1] == "2" and store[1].text.splitlines()[0] in out.stdout
+
+
+def test_a_store_folder_without_its_meta_json_is_written_again_with_a_warning(corpus, tmp_path, caplog):
+    """A disk that filled up, or a copy cut short, leaves a store folder without its last file: it is incomplete."""
+    cache = tmp_path / "cache"
+    store = open_corpus(corpus, cache)
+    (store.path / "meta.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="rollout.data.corpus_store"):
+        again = open_corpus(corpus, cache)
+    assert again.path == store.path and list(again) == load_corpus(corpus)
+    assert "incomplete" in caplog.text and str(store.path) in caplog.text
+    assert not list(cache.glob(".*")), "nothing is left beside the store"
+
+
+def _flip(path: Path, n: int) -> None:
+    """Flip the top byte of each of the file's last `n` 64-bit values (the data ends the .npy file)."""
+    data = bytearray(path.read_bytes())
+    for i in range(n):
+        data[-1 - 8 * i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("array", ["ids.npy", "rows.npy", "docs.npy", "doc_rows.npy"])
+def test_flipped_bytes_in_an_id_or_row_array_are_found_at_open_and_the_store_written_again(corpus, tmp_path, caplog,
+                                                                                            array):
+    cache = tmp_path / "cache"
+    store = open_corpus(corpus, cache)
+    _flip(store.path / array, 3)
+    with caplog.at_level(logging.WARNING, logger="rollout.data.corpus_store"):
+        again = open_corpus(corpus, cache)
+    assert array in caplog.text and "checksum" in caplog.text
+    assert again.rows_of(["c-1", "a", "7", "empty", "c-0"]).tolist() == [3, 0, 1, 4, 2]
+    assert [again.doc_rows()[d] for d in ("a", "7", "c", "empty")] == [(0,), (1,), (2, 3), (4,)]
+
+
+def test_the_damage_the_checksums_catch_is_real(corpus, tmp_path):
+    """What a store with flipped bytes answers when nothing checks it: a valid document unknown, a row out of range."""
+    store = open_corpus(corpus, tmp_path / "cache")
+    _flip(store.path / "doc_rows.npy", 3)
+    with pytest.raises(IndexError):
+        [CorpusStore(store.path).doc_rows_of(d) for d in ("a", "7", "c", "empty")]
+    _flip(store.path / "doc_rows.npy", 3)  # flipped back; now the hashes
+    _flip(store.path / "docs.npy", 3)
+    assert not all(CorpusStore(store.path).doc_rows_of(d) for d in ("a", "7", "c", "empty"))
+
+
+def test_a_store_written_before_checksums_is_written_again_once(corpus, tmp_path, caplog, monkeypatch):
+    cache = tmp_path / "cache"
+    store = open_corpus(corpus, cache)
+    meta = json.loads((store.path / "meta.json").read_text())
+    del meta["checksums"]
+    (store.path / "meta.json").write_text(json.dumps(meta))
+    with caplog.at_level(logging.INFO, logger="rollout.data.corpus_store"):
+        again = open_corpus(corpus, cache)
+    assert "no checksums" in caplog.text and "writing it again once" in caplog.text and list(again) == load_corpus(corpus)
+    import rollout.data.loaders as loaders
+
+    monkeypatch.setattr(loaders, "iter_corpus_spec", lambda *a, **k: pytest.fail("the store was written again"))
+    assert open_corpus(corpus, cache).path == store.path
+
+
+
+def test_a_store_written_before_checksums_is_served_from_a_read_only_cache(corpus, tmp_path, monkeypatch):
+    """A prebuilt cache on a read-only disk cannot take the store written again: the old one is served as it is."""
+    import os
+
+    cache = tmp_path / "cache"
+    store = open_corpus(corpus, cache)
+    expected = load_corpus(corpus)
+    meta = json.loads((store.path / "meta.json").read_text())
+    del meta["checksums"]
+    (store.path / "meta.json").write_text(json.dumps(meta))
+    import rollout.data.loaders as loaders
+
+    monkeypatch.setattr(loaders, "iter_corpus_spec", lambda *a, **k: pytest.fail("the store was written again"))
+    monkeypatch.setattr(os, "access", lambda path, mode: not (mode & os.W_OK and Path(path) == cache))
+    assert list(open_corpus(corpus, cache)) == expected
+
+_WRITE_AND_HANG = """
+import sys, time
+from pathlib import Path
+import rollout.data.corpus_store as corpus_store
+
+def hang(path):  # the store's files are written into its temporary folder; its meta.json never is
+    Path(sys.argv[3]).write_text("writing")
+    time.sleep(600)
+
+corpus_store._check_unique_ids = hang
+corpus_store.open_corpus(sys.argv[1], Path(sys.argv[2]))
+"""
+
+
+def _writer_in_the_middle(corpus: Path, cache: Path, marker: Path) -> tuple[subprocess.Popen, set[Path]]:
+    """A process writing the store, stopped halfway; the temporaries that appeared for it."""
+    before = set(cache.glob(".tmp-*"))
+    child = subprocess.Popen([sys.executable, "-c", _WRITE_AND_HANG, str(corpus), str(cache), str(marker)])
+    deadline = time.monotonic() + 300  # a bound for a child that hangs elsewhere, not a speed check
+    while not marker.exists():
+        assert child.poll() is None, "the writer ended before it was halfway"
+        if time.monotonic() > deadline:
+            child.kill()
+            pytest.fail("the writer never got halfway")
+        time.sleep(0.05)
+    return child, set(cache.glob(".tmp-*")) - before
+
+
+def test_a_killed_writers_temporary_is_removed_and_a_live_writers_kept(corpus, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    live, live_temps = _writer_in_the_middle(corpus, cache, tmp_path / "live")
+    try:
+        killed, killed_temps = _writer_in_the_middle(corpus, cache, tmp_path / "killed")
+        killed.kill()
+        killed.wait()
+        assert len(live_temps) == len(killed_temps) == 1
+        assert any((t / "store" / "passages.arrow").is_file() for t in killed_temps)
+        with caplog.at_level(logging.INFO, logger="rollout"):
+            store = open_corpus(corpus, cache)
+        assert list(store) == load_corpus(corpus)
+        assert set(cache.glob(".tmp-*")) == live_temps, "the killed writer's folder is removed, the live one's kept"
+        assert str(next(iter(killed_temps)).name) in caplog.text
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_the_checksum_bench_runs_at_a_toy_size():
+    out = subprocess.run([sys.executable, "bench/store_checksums.py", "--passages", "1000", "--repeats", "1"],
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("passages 1,000: open ") and "MB hashed" in out

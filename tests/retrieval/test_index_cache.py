@@ -1,6 +1,9 @@
 import json
 import logging
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -333,3 +336,56 @@ def test_bad_which_lists_the_choices(tmp_path: Path, facts: list[Passage], which
 def test_empty_corpus_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(RetrievalError, match="corpus is empty"):
         load_or_build_indexes([], tmp_path, which=["sparse"])
+
+
+_BUILD_AND_HANG = """
+import sys, time
+from pathlib import Path
+import rollout.retrieval.bm25_build as bm25_build
+from rollout.records import Passage
+from rollout.retrieval import load_or_build_indexes
+
+def hang(spill, *args):  # tokenized and spilled: the scores are never written
+    assert any(spill.iterdir())
+    Path(sys.argv[2]).write_text("building")
+    time.sleep(600)
+
+bm25_build._write_scores = hang
+passages = [Passage(f"p{i}", "Title", f"passage number {i} about lakes") for i in range(50)]
+load_or_build_indexes(passages, Path(sys.argv[1]), which=["sparse"])
+"""
+
+
+def _build_in_the_middle(cache_dir: Path, marker: Path) -> tuple[subprocess.Popen, set[Path]]:
+    """A process building a BM25 index, stopped once its chunks are spilled; the temporaries that appeared for it."""
+    before = set(cache_dir.glob(".tmp-*"))
+    child = subprocess.Popen([sys.executable, "-c", _BUILD_AND_HANG, str(cache_dir), str(marker)])
+    deadline = time.monotonic() + 300  # a bound for a child that hangs elsewhere, not a speed check
+    while not marker.exists():
+        assert child.poll() is None, "the build ended before it was halfway"
+        if time.monotonic() > deadline:
+            child.kill()
+            pytest.fail("the build never got halfway")
+        time.sleep(0.05)
+    return child, set(cache_dir.glob(".tmp-*")) - before
+
+
+def test_a_killed_builds_temporaries_are_removed_and_a_live_builds_kept(
+    tmp_path: Path, facts: list[Passage], caplog: pytest.LogCaptureFixture
+) -> None:
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    live, live_temps = _build_in_the_middle(cache_dir, tmp_path / "live")
+    try:
+        killed, killed_temps = _build_in_the_middle(cache_dir, tmp_path / "killed")
+        killed.kill()
+        killed.wait()
+        (killed_temp,) = killed_temps
+        assert killed_temp.name.startswith(".tmp-sparse-") and (killed_temp / ".spill").is_dir()
+        with caplog.at_level(logging.INFO, logger="rollout"):
+            load_or_build_indexes(facts, cache_dir, which=["sparse"])
+        assert set(cache_dir.glob(".tmp-*")) == live_temps, "the killed build's folder is removed, the live one's kept"
+        assert killed_temp.name in caplog.text
+    finally:
+        live.kill()
+        live.wait()
