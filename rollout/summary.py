@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.report.repetition import Repetition
+
 BUILTIN_METRICS = ("exact_match", "f1", "contains_answer", "retrieval_recall")
 """The metrics every run has, in display order (`rollout.report.scoring` computes them)."""
 
@@ -444,6 +446,9 @@ class RunSummary:
     """Tool calls of the tasks that had not finished when the run was interrupted, per tool name (sorted), counted
     from the gateway's ledger (`rollout.report.unfinished`): they reached the gateway, and no record holds them.
     Empty for a run that was not interrupted (and in files written before)."""
+    repeated_calls: Repetition | None = None
+    """Tool calls repeating an earlier call of their task, and turns repeating the one before
+    (`rollout.report.repetition`); None in files written before they were counted."""
 
     @property
     def extra_metrics(self) -> list[str]:
@@ -507,6 +512,8 @@ class RunSummary:
         if self.unfinished_calls:
             data["unfinished_tool_calls"] = {name: {"calls": t.calls, "failed": t.failed}
                                              for name, t in self.unfinished_calls.items()}
+        if self.repeated_calls is not None:
+            data["repeated_calls"] = self.repeated_calls.to_json()
         return data
 
     @classmethod
@@ -564,4 +571,5 @@ class RunSummary:
             llm_endpoint=None if data.get("llm_endpoint") is None else EndpointLoad.from_json(data["llm_endpoint"]),
             unfinished_calls={name: ToolUse(int(t["calls"]), int(t["failed"]))
                               for name, t in (data.get("unfinished_tool_calls") or {}).items()},
+            repeated_calls=Repetition.from_json(data.get("repeated_calls")),
         )

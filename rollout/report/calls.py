@@ -55,8 +55,9 @@ refused before a tool ran, a ledger of an older gateway); `served_by`: which led
 replica's name (`rollout.run_folder.ledger_source`), None for a call no gateway saw; `via`, `traffic` and `step`
 as the line has them (None/NA when it has not: an evaluation's tools/call)."""
 
-CLIENT_COLUMNS = ("rtt_ms", "client_outcome", "arguments", "result_doc_ids")
-"""Fields taken from the trajectory's tool call with the same `call_id` (None/NaN when unmatched)."""
+CLIENT_COLUMNS = ("rtt_ms", "client_outcome", "arguments", "result_doc_ids", "repeat")
+"""Fields taken from the trajectory's tool call with the same `call_id`, and `repeat` from its task (None/NaN/NA when
+unmatched): the task id is the question's, so a call's task is its (`task_id`, `repeat`)."""
 
 CALL_COLUMNS = (*GATEWAY_COLUMNS, *CLIENT_COLUMNS, "gold_doc_ids", "mode", "run_dir")
 """Columns of `load_calls`: `gold_doc_ids` is the task's gold list (None when unknown)."""
@@ -91,7 +92,7 @@ def run_labels(runs: list[Path]) -> list[str]:
     return [",".join([run_mode(r), *(o for o in own if o not in shared)]) for r, own in zip(runs, recorded, strict=True)]
 
 
-_TASK_KEYS = ("id", "worker_id", "tool_calls", "metadata", "attempts")
+_TASK_KEYS = ("id", "worker_id", "tool_calls", "metadata", "attempts", "repeat")
 _CLIENT_ONLY = (
     "client_task_id", "client_worker_id", "client_tool_name", "client_ok", "client_error", "client_started",
     "client_result_ids", "client_attempt",
@@ -173,6 +174,7 @@ def _client_frame(tasks: list[dict[str, Any]]) -> pd.DataFrame:
                     "result_doc_ids": _id_list(call.get("result_doc_ids")) or None,
                     "client_task_id": _str_or_none(task.get("id")),
                     "client_worker_id": _str_or_none(task.get("worker_id")),
+                    "repeat": _int_or_none(task.get("repeat")) or 0,
                 }
             )
     df = pd.DataFrame(rows, columns=["call_id", *CLIENT_COLUMNS, *_CLIENT_ONLY])
@@ -249,7 +251,7 @@ def split_calls(run_dir: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     df["task_id"] = df["client_task_id"].where(df["client_task_id"].notna(), df["task_id"])
     for col in ("worker_id", "attempt"):
         df[col] = df[col].where(df[col].notna(), df[f"client_{col}"])
-    for col in ("attempt", "step"):  # NA where the ledger had none: a concat of such rows leaves object columns
+    for col in ("attempt", "step", "repeat"):  # NA where the ledger had none: a concat of such rows leaves objects
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     gold = _gold_by_task(tasks)
     df["gold_doc_ids"] = pd.Series([gold.get(t) for t in df["task_id"]], index=df.index, dtype=object)

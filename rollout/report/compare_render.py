@@ -104,13 +104,13 @@ def comparison_tables(c: Comparison) -> list[Table]:
     metrics = (
         "per mode",
         ["mode", *sets, "tasks", "scored", *map(metric_label, names), *calibration, "calls/task", "tool p50 ms",
-         "tool p95 ms", "errors", "timeouts", "infra", "truncated", "out of turns", "out of ctx", "tokens/task",
-         *costs],
+         "tool p95 ms", "errors", "timeouts", "infra", "truncated", "out of turns", "out of ctx", "repeated calls",
+         "tokens/task", *costs],
         [[r.label, *([str(r.question_set or "-")] if sets else []), str(r.tasks), str(r.scored),
           *(_num(r.metric(m)) if r.has(m) else "missing" for m in names),
           *([_calibration_cell(r)] if calibration else []), _num(r.total_calls_per_task, 2), _num(r.latency_p50_ms, 1),
           _num(r.latency_p95_ms, 1), str(r.errors), str(r.timeouts), str(r.infra_errors), str(r.truncated),
-          str(r.out_of_turns), str(r.out_of_context), _num(r.tokens_per_task, 1),
+          str(r.out_of_turns), str(r.out_of_context), _repeated_cell(r), _num(r.tokens_per_task, 1),
           *(cell(r) for cell in costs.values())]
          for r in c.rows],
     )
@@ -152,6 +152,12 @@ def _browsecomp_table(c: Comparison) -> list[Table]:
              ["mode", "queries", "answered", "judged", *cells[0]],
              [[r.label, str(r.browsecomp_plus.queries), str(r.browsecomp_plus.answered),
                str(r.browsecomp_plus.judged), *row.values()] for r, row in zip(runs, cells, strict=True)])]
+
+
+def _repeated_cell(r: RunRow) -> str:
+    """E.g. "12 (31%)": the run's tool calls repeating an earlier call of their task, and their share of its calls."""
+    share = r.repeated_call_share
+    return str(r.repeated_calls) if share is None else f"{r.repeated_calls} ({share:.0%})"
 
 
 def _calibration_cell(r: RunRow) -> str:
@@ -227,7 +233,8 @@ def _write_csv(c: Comparison, path: Path) -> None:
               "questions", *METRICS, *extra, "calibration_error",
               *(f"calls_per_task.{t}" for t in c.tools), "total_calls_per_task",
               "latency_p50_ms", "latency_p95_ms", "errors", "timeouts", "infra_errors", "truncated", "out_of_turns",
-              "out_of_context", "tokens_per_task",
+              "out_of_context", "tokens_per_task", "repeated_calls", "repeated_call_share", "repeated_turns",
+              "looping_tasks",
               *_costs(c, c.rows[0]), *browsecomp]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)

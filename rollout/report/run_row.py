@@ -21,6 +21,7 @@ from rollout.report.calls import run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
 from rollout.report.question_set import RunQuestionSet
+from rollout.report.repetition import RepetitionTally
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
 from rollout.summary import BrowseCompPlusScores, Calibration, RunAccounting
@@ -85,6 +86,14 @@ class RunRow:
     """The question set the run asked (None when its folder does not say)."""
     browsecomp_plus: BrowseCompPlusScores | None = None
     """BrowseComp-Plus' leaderboard numbers of the run (None for a run that is not BrowseComp-Plus')."""
+    repeated_calls: int = 0
+    """Tool calls repeating an earlier call of their task (`rollout.report.repetition`), over every record."""
+    repeated_call_share: float | None = None
+    """Of all the run's tool calls (None without calls)."""
+    repeated_turns: int = 0
+    """Turns the same as the turn before in their task."""
+    looping_tasks: int = 0
+    """Records with a repeated call or turn."""
 
     def metric(self, name: str) -> float | None:
         """The run's mean of a built-in or extra metric (None when it has no value, or no such metric)."""
@@ -154,13 +163,16 @@ def score_run(run_dir: Path, label: str, *, score_failed: bool = False,
     latencies: list[float] = []
     tokens: list[float] = []
     accounting = AccountingTally()
+    repetition = RepetitionTally()
     duplicates = repeats = 0
-    for task in iter_trajectory(run_dir, keep=("messages",)):  # the final message states the confidence
+    # The final message states the confidence; the events are the turns, compared for repeats.
+    for task in iter_trajectory(run_dir, keep=("messages", "events")):
         if task.key in seen:  # resume keeps one line per (id, repeat); a second one is stale, as there
             duplicates += 1
             continue
         seen.add(task.key)
         accounting.add(task)
+        repetition.add(task)
         repeats = max(repeats, task.repeat + 1)
         s = score_task(task, score_failed=score_failed, extra=extra)
         browsecomp.add(task, s, counted=s["scored"])
@@ -183,6 +195,7 @@ def score_run(run_dir: Path, label: str, *, score_failed: bool = False,
         logger.warning("%s: %d repeated (task id, repeat) records; kept the first line of each",
                        run_dir / TRAJECTORY_FILE, duplicates)
     n = len(seen)
+    repeated = repetition.summary()
     row = RunRow(
         label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n, scored=len(metrics["exact_match"]),
         repeats=repeats, questions=len({qid for qid, _ in seen}), question_set=question_set,
@@ -193,5 +206,7 @@ def score_run(run_dir: Path, label: str, *, score_failed: bool = False,
         errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
         truncated=truncated, out_of_turns=out_of_turns, out_of_context=out_of_context, tokens_per_task=_mean(tokens),
         accounting=accounting.summary(), browsecomp_plus=browsecomp.summary(),
+        repeated_calls=repeated.count, repeated_call_share=repeated.share, repeated_turns=repeated.repeated_turns,
+        looping_tasks=repeated.looping_tasks,
     )
     return ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})

@@ -57,6 +57,7 @@ from rollout.report.endpoint import EndpointTally, endpoint_line
 from rollout.report.tool_reach import ToolReachTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
+from rollout.report.repetition import RepetitionTally
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
 from rollout.report.unfinished import UnfinishedCalls
 from rollout.summary import (
@@ -180,6 +181,7 @@ class _Tally:
         self.cost = ExactSum()
         self.accounting = AccountingTally()
         self.tool_reach = ToolReachTally()
+        self.repetition = RepetitionTally()
         self.endpoint = EndpointTally()
         self.unfinished = unfinished
 
@@ -188,6 +190,7 @@ class _Tally:
         self.n += 1
         self.accounting.add(r)
         self.tool_reach.add(r)
+        self.repetition.add(r)
         self.endpoint.add(r)
         if self.unfinished is not None:
             self.unfinished.finished(r)
@@ -307,17 +310,19 @@ def summarize(
         accounting=tally.accounting.summary(),
         degraded_tools=dict(degraded_tools or {}),
         tools_offered=tools_offered,
-        warnings=_warnings(tally, tools_offered, max_turns),
+        warnings=_warnings(tally, tools_offered, max_turns, deterministic_agent),
         calibration=tally.calibration.summary(),
         browsecomp_plus=tally.browsecomp.summary(),
         scoring=ScoringSettings(scorers=list(scorers), score_files=list(extra.files),
                                 extra_metrics={m: extra.sources[m] for m in extra.metrics}),
         llm_endpoint=tally.endpoint.summary(),
         unfinished_calls={} if unfinished is None else unfinished.tools(),
+        repeated_calls=tally.repetition.summary(),
     )
 
 
-def _warnings(tally: _Tally, tools_offered: int | None, max_turns: int | None) -> list[str]:
+def _warnings(tally: _Tally, tools_offered: int | None, max_turns: int | None,
+              deterministic_agent: bool | None = None) -> list[str]:
     """The summary's warnings: what makes its numbers mean less than they seem, each with its fix."""
     warnings = []
     if (overflowed := tally.overflows.warning(tally.n)) is not None:
@@ -329,6 +334,8 @@ def _warnings(tally: _Tally, tools_offered: int | None, max_turns: int | None) -
                         "prompt's request for the tag")
     if (unseen := tally.tool_reach.warning()) is not None:
         warnings.append(unseen)
+    if (looping := tally.repetition.summary().warning(deterministic_agent)) is not None:
+        warnings.append(looping)
     if tools_offered and tally.n and not tally.call_count and max_turns == 1:
         # The agent's one turn is its answering turn (agent=openai sends it with tool_choice "none"): rollout withheld
         # the tools, whatever the server would have done with them.

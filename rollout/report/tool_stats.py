@@ -21,9 +21,13 @@ Definitions
   and attempt in the `discarded_attempts` table.
 - `degraded_tools` (in the summary) names the tools the gateway listed as degraded, with why
   (`tool_stats/degraded_tools.json`, see `rollout.wire.META_DEGRADED`); empty when none was.
-- A call repeats a query when the same task already called the same tool with the same
-  normalised `query` argument (case-folded, whitespace collapsed); `repeated_query_share` is
-  repeated calls / calls with a `query` argument.
+- A call repeats a query when the same task (question and repeat) already called the same tool with the
+  same normalised `query` argument (case-folded, whitespace collapsed), whatever its other arguments;
+  `repeated_query_share` is repeated calls / calls with a `query` argument (the retrieval table).
+- `repeated_calls` (every table and the summary) counts the calls that repeat an earlier call of their
+  task with every argument the same once normalised (`rollout.report.repetition`: a different `top_k`
+  is another call); `repeated_call_share` is repeated calls / calls. Calls whose arguments no
+  trajectory holds (a gateway run on its own, a trainer's calls) never count as repeats.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from rollout.report.calls import run_mode, split_calls
+from rollout.report.repetition import arguments_key, normalise_text
 from rollout.run_folder import STATS_DIR, is_run_folder, read_degraded_tools, write_report
 from rollout.wire import OUTCOMES
 
@@ -71,12 +76,15 @@ def _rate(num: float, den: float) -> float | None:
 def _call_stats(g: pd.DataFrame, outcomes: list[str]) -> dict[str, Any]:
     total = len(g)
     success = int(g["ok"].sum())
+    repeated = int(g["repeated"].sum())
     counts = g["outcome"].value_counts()
     return {
         "total_calls": total,
         "success_calls": success,
         "failed_calls": total - success,
         "success_rate": _rate(success, total),
+        "repeated_calls": repeated,
+        "repeated_call_share": _rate(repeated, total),
         **_quantile_columns("p{}_ms", g["duration_ms"], LATENCY_QUANTILES),
         **_quantile_columns("rtt_p{}_ms", g["rtt_ms"], LATENCY_QUANTILES),
         "rtt_calls": int(g["rtt_ms"].notna().sum()),
@@ -115,7 +123,27 @@ def normalise_query(query: Any) -> str | None:
     """The query as compared for repeats: case-folded, whitespace collapsed; None when not text."""
     if not isinstance(query, str) or not query.strip():
         return None
-    return " ".join(query.casefold().split())
+    return normalise_text(query)
+
+
+def _first_of_their_kind(keys: pd.DataFrame) -> pd.Series:
+    """Whether each row, in the order given, is the first with its values of `keys` (NA being a value too)."""
+    return keys.groupby(list(keys.columns), sort=False, dropna=False).cumcount() == 0
+
+
+def repeated_calls(df: pd.DataFrame) -> pd.Series:
+    """Whether each call of `df` repeats an earlier call of its task (question and repeat) with the same tool and
+    normalised arguments (`rollout.report.repetition`), in time order; False where the arguments are unknown."""
+    repeated = pd.Series(False, index=df.index, dtype=bool)
+    known = df["arguments"].notna() & df["task_id"].notna()
+    if known.any():
+        calls = df[known].sort_values("timestamp", kind="stable")
+        keys = pd.DataFrame({"run": calls["run_dir"], "task": calls["task_id"], "repeat": calls["repeat"],
+                             "tool": calls["tool_name"].astype(str),
+                             "arguments": calls["arguments"].map(arguments_key)})
+        first = _first_of_their_kind(keys)
+        repeated.loc[first.index] = ~first
+    return repeated
 
 
 def _is_retrieval(df: pd.DataFrame) -> pd.Series:
@@ -148,7 +176,7 @@ def retrieval_calls(df: pd.DataFrame) -> pd.DataFrame:
     rc["repeated"] = False
     if eligible.any():
         keyed = rc[eligible].sort_values("timestamp", kind="stable")
-        first = keyed.groupby(["run_dir", "task_id", "tool_name", "query"], sort=False).cumcount() == 0
+        first = _first_of_their_kind(keyed[["run_dir", "task_id", "repeat", "tool_name", "query"]])
         rc.loc[first.index, "repeated"] = ~first
     rc["has_query"] = eligible
     return rc
@@ -209,6 +237,7 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def _tables(run_dir: Path) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
     df, discarded = split_calls(run_dir)
+    df["repeated"] = repeated_calls(df)
     mode = run_mode(run_dir)
     outcomes = _outcome_names(df)
     tables = {name: _group_table(df, key, outcomes) for name, key in GROUP_KEYS.items()}

@@ -26,6 +26,7 @@ from rollout.errors import ReportError
 from rollout.report.compare import Comparison, compare_runs
 from rollout.report.extra_scores import ExtraScores, read_scores, scores_dir
 from rollout.report.question_set import RunQuestionSet, question_set_line, run_question_set, shared_question_set
+from rollout.report.repetition import Repetition
 from rollout.report.run_folders import distinct_labels
 from rollout.report.scoring import STATUSES, metric_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
@@ -134,6 +135,9 @@ class RunSummaryView:
     duplicates: int
     problems: list[str]
     skipped: int
+    repeated: Repetition | None = None
+    """Repeated tool calls and turns, from the run's evaluation_summary.json (None before it is written, or in one
+    written before they were counted)."""
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -193,7 +197,8 @@ def run_summary(run: Run) -> RunSummaryView:
                    complete=None if summary is None else summary.complete,
                    degraded_tools={} if summary is None else dict(summary.degraded_tools),
                    calibration=None if summary is None else summary.calibration,
-                   warnings=[] if summary is None else list(summary.warnings))
+                   warnings=[] if summary is None else list(summary.warnings),
+                   repeated=None if summary is None else summary.repeated_calls)
 
 
 def scores(run: Run) -> ExtraScores:

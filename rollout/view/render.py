@@ -33,6 +33,7 @@ from rollout.events import (
 from rollout.records import TaskResult
 from rollout.relevance_view import is_relevance_view
 from rollout.report.metrics import exact_match
+from rollout.report.repetition import TaskRepeats, task_repeats
 
 STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red", "infra_error": "bold red"}
 KIND_WIDTH = 7
@@ -212,7 +213,7 @@ def format_task_line(row: TaskRow) -> Text:
 # --- replay of one task -------------------------------------------------------------------------
 
 
-def _header(console: Console, task: TaskResult) -> None:
+def _header(console: Console, task: TaskResult, repeats: TaskRepeats) -> None:
     console.rule(Text(f"task {task.id}", style="bold"))
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="dim", no_wrap=True)
@@ -234,6 +235,9 @@ def _header(console: Console, task: TaskResult) -> None:
         run.append(" (no answer tag)", style="yellow")
     run.append(f" · worker {task.worker_id} · attempts {task.attempts} · {task.turns} turns"
                f" · {len(task.tool_calls)} tool calls · {task.latency_s:.2f} s")
+    if repeats.loops:  # each repeat is marked where it happens below
+        run.append(f" · {len(repeats.repeats_of)} repeated calls, {len(repeats.repeated_turns)} repeated turns",
+                   style="yellow")
     grid.add_row("status", run)
     if task.stop_message:
         grid.add_row("stopped", Text(task.stop_message, style="yellow"))
@@ -279,8 +283,10 @@ def _ids(ids: list[str], clip_: Clip) -> str:
     return f" · {len(ids)} ids: {', '.join(map(str, ids[:clip_.ids]))}{more}"
 
 
-def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip, cut_replies: dict[str, int]) -> None:
-    """One replayed event; `cut_replies` maps a tool call's id to its own LLM replies cut at their token limit."""
+def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip, cut_replies: dict[str, int],
+                  repeats: tuple[dict[str, str], dict[int, str]]) -> None:
+    """One replayed event; `cut_replies` maps a tool call's id to its own LLM replies cut at their token limit,
+    `repeats` a repeated call's id and a repeated turn's number to its mark (`TaskRepeats.call_marks`, `turn_marks`)."""
     match e:
         case LLMOutputEvent():
             meta = [f"turn {e.turn}"]
@@ -291,6 +297,8 @@ def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip, cut_r
             gist = Text(" · ".join(meta))
             if stopped := finish_note(e.finish_reason):
                 gist.append(f" {stopped}", style="yellow")
+            if mark := repeats[1].get(e.turn):
+                gist.append(f" ({mark})", style="yellow")
             console.print(_event_line(offset, "llm", "bold blue", gist))
             if e.content:
                 _body(console, e.content, "", clip_.chars, clip_.lines)
@@ -303,6 +311,8 @@ def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip, cut_r
         case ToolCallEvent():
             gist = Text(e.name, style="cyan") + Text(
                 " " + clip(compact_json(e.arguments), clip_.line_chars)) + Text(f" · {e.call_id}", style="dim")
+            if mark := repeats[0].get(e.call_id):
+                gist.append(f" ({mark})", style="yellow")
             console.print(_event_line(offset, "call", "cyan", gist))
         case ToolResultEvent():
             gist = Text(e.outcome, style="green" if e.ok else "bold red")
@@ -322,7 +332,7 @@ def _render_event(console: Console, e: AnyEvent, offset: str, clip_: Clip, cut_r
             console.print(_event_line(offset, "error", "bold red", gist))
 
 
-def _render_messages(console: Console, task: TaskResult, clip_: Clip) -> None:
+def _render_messages(console: Console, task: TaskResult, clip_: Clip, repeats: TaskRepeats) -> None:
     """Older records have no events: show the conversation, then the recorded tool calls."""
     console.print(Text("no events in this record (an older run): its messages and tool calls", style="dim"))
     for m in task.messages:
@@ -348,11 +358,13 @@ def _render_messages(console: Console, task: TaskResult, clip_: Clip) -> None:
     if task.tool_calls:
         console.print(Text("tool calls", style="bold"))
         t0 = min(c.started for c in task.tool_calls)
-        for c in task.tool_calls:
+        for i, c in enumerate(task.tool_calls):
             offset = f"+{c.started - t0:.3f}s"
             gist = Text(c.name, style="cyan") + Text(" " + clip(compact_json(c.arguments), clip_.line_chars))
             gist.append(f" → {c.outcome}", style="green" if c.ok else "bold red")
             gist.append(f" · {c.latency_ms:.0f} ms{_ids(c.result_ids, clip_)}")
+            if i in repeats.repeats_of:
+                gist.append(f" (repeats call {repeats.repeats_of[i] + 1})", style="yellow")
             console.print(_event_line(offset, "call", "cyan", gist))
             if c.error:
                 _body(console, c.error, "red", clip_.chars, clip_.result_lines, clip_.line_chars)
@@ -365,17 +377,19 @@ def _render_messages(console: Console, task: TaskResult, clip_: Clip) -> None:
 def render_task(console: Console, task: TaskResult, *, full: bool = False) -> None:
     """Replay one task: its header, then each event with its offset from the first one."""
     clip_ = Clip.full() if full else Clip()
-    _header(console, task)
+    repeats = task_repeats(task)
+    _header(console, task, repeats)
     if not task.events:
-        _render_messages(console, task, clip_)
+        _render_messages(console, task, clip_, repeats)
         return
     if task.accounting is not None:
         _render_accounting(console, task.accounting)
     cut_replies = {c.call_id: c.accounting.llm_truncated for c in task.tool_calls
                    if c.accounting is not None and c.accounting.llm_truncated}
     t0 = task.events[0].t
+    marks = (repeats.call_marks(task.tool_calls), repeats.turn_marks())
     for e in task.events:
-        _render_event(console, e, f"+{e.t - t0:.3f}s", clip_, cut_replies)
+        _render_event(console, e, f"+{e.t - t0:.3f}s", clip_, cut_replies, marks)
 
 
 def _render_accounting(console: Console, acc: TaskAccounting) -> None:

@@ -22,6 +22,7 @@ from rollout.events import (
 from rollout.records import TaskResult, ToolCallRecord
 from rollout.relevance_view import is_relevance_view
 from rollout.report.extra_scores import ExtraScores
+from rollout.report.repetition import task_repeats
 from rollout.view.index import TrajectoryIndex
 from rollout.view.render import finish_note
 
@@ -67,6 +68,9 @@ class TimelineEntry:
     """For llm: the tool calls it asked for, `name(arguments)`."""
     note: str = ""
     card: ToolCard | None = None
+    repeated: str = ""
+    """For a call that repeats an earlier one of the task, or a turn the same as the one before: which
+    (`rollout.report.repetition`), e.g. "repeats call 1"; "" otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,10 @@ class TaskView:
     chart: list[RelevanceStrip]
     record_json: str
     """The whole trajectory line, indented: what "copy as JSON" copies."""
+    repeated_calls: int = 0
+    """Calls repeating an earlier call of the task (each marked in the timeline)."""
+    repeated_turns: int = 0
+    """Turns the same as the turn before."""
 
 
 def _gold(task: TaskResult) -> set[str]:
@@ -128,6 +136,8 @@ def task_view(index: TrajectoryIndex, i: int, extra: ExtraScores | None = None) 
     records = {c.call_id: c for c in task.tool_calls}
     results = {e.call_id: e for e in task.events if isinstance(e, ToolResultEvent)}
     t0 = task.events[0].t if task.events else 0.0
+    repeats = task_repeats(task)
+    repeated_calls, repeated_turns = repeats.call_marks(task.tool_calls), repeats.turn_marks()
     timeline: list[TimelineEntry] = []
     for n, e in enumerate(task.events):
         anchor, offset = f"e{n}", e.t - t0
@@ -138,12 +148,13 @@ def task_view(index: TrajectoryIndex, i: int, extra: ExtraScores | None = None) 
                     meta.append(f"{e.usage['total_tokens']:,} tokens")
                 timeline.append(TimelineEntry(anchor, "llm", offset, " · ".join(meta), e.content or "",
                                               [_call_text(str(c.get("name")), c.get("arguments")) for c in e.tool_calls],
-                                              finish_note(e.finish_reason)))
+                                              finish_note(e.finish_reason), repeated=repeated_turns.get(e.turn, "")))
             case LLMThinkingEvent():
                 timeline.append(TimelineEntry(anchor, "think", offset, f"turn {e.turn}", e.content))
             case ToolCallEvent():
                 card = _card(anchor, e, results.get(e.call_id), records.get(e.call_id), gold)
-                timeline.append(TimelineEntry(anchor, "call", offset, e.name, card=card))
+                timeline.append(TimelineEntry(anchor, "call", offset, e.name, card=card,
+                                              repeated=repeated_calls.get(e.call_id, "")))
             case ToolResultEvent():
                 continue  # shown in its call's card
             case CompletionEvent():
@@ -151,8 +162,9 @@ def task_view(index: TrajectoryIndex, i: int, extra: ExtraScores | None = None) 
             case ErrorEvent():
                 timeline.append(TimelineEntry(anchor, "error", offset, e.kind, e.message))
     if not task.events:  # records of older runs: their tool calls, in order
+        by_index = {n: f"repeats call {first + 1}" for n, first in repeats.repeats_of.items()}
         timeline = [TimelineEntry(f"c{n}", "call", c.started - task.tool_calls[0].started, c.name,
-                                  card=_card(f"c{n}", None, None, c, gold))
+                                  card=_card(f"c{n}", None, None, c, gold), repeated=by_index.get(n, ""))
                     for n, c in enumerate(task.tool_calls)]
     docs, chart = _retrieved(task.tool_calls, gold)
     seen = {d.doc_id for d in docs} | {i for c in task.tool_calls for i in c.result_doc_ids}
@@ -161,7 +173,8 @@ def task_view(index: TrajectoryIndex, i: int, extra: ExtraScores | None = None) 
     extra = {m: v if scored else None for m, v in (extra or ExtraScores()).of(task.key).items()}
     return TaskView(task=task, em=cols["em"][i], f1=cols["f1"][i], recall=cols["recall"][i], extra=extra,
                     timeline=timeline, docs=docs, missed_gold=sorted(gold - seen), chart=chart,
-                    record_json=_json(record))
+                    record_json=_json(record), repeated_calls=len(repeats.repeats_of),
+                    repeated_turns=len(repeats.repeated_turns))
 
 
 def _card(anchor: str, call: ToolCallEvent | None, result: ToolResultEvent | None, record: ToolCallRecord | None,

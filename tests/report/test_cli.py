@@ -103,7 +103,8 @@ def test_piped_tables_are_printed_whole_however_narrow_the_columns(tmp_path):
     assert retrieval[-3:] == ["queries", "repeated", "repeat share"]
     result = cli("compare", run, "--out", tmp_path / "cmp", columns="40")
     assert result.returncode == 0, result.stderr
-    assert headers(result.stdout, "mode")[0][-5:] == ["infra", "truncated", "out of turns", "out of ctx", "tokens/task"]
+    assert headers(result.stdout, "mode")[0][-6:] == ["infra", "truncated", "out of turns", "out of ctx", "repeated calls",
+                                                      "tokens/task"]
     # Every table it prints is also written for programs.
     assert (tmp_path / "cmp" / "comparison.json").is_file() and (tmp_path / "cmp" / "comparison.csv").is_file()
 

@@ -41,7 +41,7 @@ def result(i: int, right: bool, calls: list[dict], *, status: str = "ok", gold_d
         "error": None if status == "ok" else f"{status} happened", "status": status,
         "worker_id": "w0", "latency_s": 0.5, "metadata": {"gold_doc_ids": list(gold_docs)},
         "usage": {} if tokens is None else {"total_tokens": tokens},
-        "messages": [{"role": "user", "content": "long"}], "events": [{"type": "completion"}],
+        "messages": [{"role": "user", "content": "long"}], "events": [{"type": "completion", "prediction": "", "turns": 1}],
     }
 
 
