@@ -97,7 +97,7 @@ class ChatClient:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
         parallel_tool_calls: bool | None = None,
         sampling: Mapping[str, Any] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -201,8 +201,8 @@ class ChatClient:
         return kwargs
 
     @staticmethod
-    def _add_tools(kwargs: dict[str, Any], tools: list[dict[str, Any]] | None, tool_choice: str | None,
-                   parallel_tool_calls: bool | None) -> None:
+    def _add_tools(kwargs: dict[str, Any], tools: list[dict[str, Any]] | None,
+                   tool_choice: str | Mapping[str, Any] | None, parallel_tool_calls: bool | None) -> None:
         if tools:
             kwargs["tools"] = tools
             if tool_choice is not None:

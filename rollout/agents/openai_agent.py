@@ -35,6 +35,9 @@ FINAL_TURN_PROMPT = "You have used all your tool calls. Answer the question now 
 TEXT_TOOL_CALLS = ("refuse", "parse")
 """`agent.text_tool_calls`: what a tool call the server returned as text means. `refuse`: the server has no tool
 parser, and the run stops naming the flag to set; `parse`: the agent parses it here and runs it."""
+TOOL_CHOICES = ("auto", "required", "none")
+"""`agent.tool_choice`, as OpenAI's field (or an offered tool's name, sent as `{"type": "function", ...}`): sent on
+every turn but the last, which is sent with "none" so the model answers."""
 PROBE_PROMPT = "Call the {name} tool once"
 """The tool-parser preflight's question (`check_tools`), with " to search for: capital of France." for a search."""
 PROBE_MAX_TOKENS = 256
@@ -94,8 +97,8 @@ class OpenAIAgent:
     """Tool-calling loop against an OpenAI-compatible endpoint (`agent=openai`).
 
     Per task: messages = [system prompt of the mode, question]; each turn one request with the tools
-    offered now and `tool_choice="auto"` said outright (llama.cpp's server, for one, leaves tools out of the prompt
-    without it); the requested calls run in order and their results go back as tool messages; a
+    offered now and `agent.tool_choice` said outright ("auto" by default; llama.cpp's server, for one, leaves tools
+    out of the prompt without it); the requested calls run in order and their results go back as tool messages; a
     message without tool calls is the answer. The last of `max_turns` requests is made with
     `tool_choice="none"` so the model must answer; a reply to it that is only a tool call (native, or written as
     text) is no answer: the task ends `out_of_turns` with prediction "". `AgentResult.turns` counts requests and
@@ -135,6 +138,7 @@ class OpenAIAgent:
         llm: Mapping[str, Any] | DictConfig,
         max_turns: int = 8,
         parallel_tool_calls: bool | None = None,
+        tool_choice: str = "auto",
         text_tool_calls: str = "refuse",
         tokenizer: str | None = None,
         backoff_base_s: float = 0.5,
@@ -146,11 +150,15 @@ class OpenAIAgent:
             raise ConfigError(f"agent.max_turns={max_turns!r} must be a whole number of at least 1 (the answering turn)")
         if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
             raise ConfigError(f"agent.parallel_tool_calls={parallel_tool_calls!r} must be true, false or null")
+        if not isinstance(tool_choice, str) or not tool_choice.strip():
+            raise ConfigError(f"agent.tool_choice={tool_choice!r} must be one of {', '.join(TOOL_CHOICES)} or the "
+                              "name of a tool the mode offers")
         if text_tool_calls not in TEXT_TOOL_CALLS:
             raise ConfigError(f"agent.text_tool_calls={text_tool_calls!r} must be one of {', '.join(TEXT_TOOL_CALLS)}")
         self.settings = LLMSettings.from_config(llm)
         self.max_turns = max_turns
         self.parallel_tool_calls = parallel_tool_calls
+        self.tool_choice = tool_choice.strip()
         self.text_tool_calls = text_tool_calls
         self.answer_tag = check_answer_tag(answer_tag)
         self.retry = RetryPolicy.from_config(self.settings.max_retries, backoff_base_s, backoff_max_s, retry_after_max_s)
@@ -164,6 +172,10 @@ class OpenAIAgent:
         """One request offering one of the run's tools, before any task: a reply that writes the call as text means
         the server has no tool parser (`ServerSetupError` naming the flag, unless `text_tool_calls="parse"`). A reply
         that calls the tool natively, or does not call it, lets the run go on."""
+        names = [spec_name(spec) for spec in tool_specs]
+        if self.tool_choice not in TOOL_CHOICES and self.tool_choice not in names:
+            raise ConfigError(f"agent.tool_choice={self.tool_choice} is not a tool this mode offers: choose one of "
+                              f"{', '.join(TOOL_CHOICES)} or a tool's name ({', '.join(names) or 'none offered'})")
         if tool_specs:
             asyncio.run(self._probe_tool_parser(tool_specs))
 
@@ -212,7 +224,7 @@ class OpenAIAgent:
             specs = list(tools.tool_specs)
             try:
                 reply = await self.client.complete(
-                    messages, tools=specs or None, tool_choice=("none" if final else "auto") if specs else None,
+                    messages, tools=specs or None, tool_choice=self._choice(specs, final=final),
                     parallel_tool_calls=self.parallel_tool_calls, sampling=None if seed is None else {"seed": seed},
                 )
             except ContextWindowExceeded as e:  # the agent's limit: its outcome, scored, with the server's words
@@ -257,6 +269,20 @@ class OpenAIAgent:
                 text = problem if arguments is None else (await call_tool(tools, call.name, arguments)).text
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         raise AssertionError("unreachable: the last turn always answers")
+
+    def _choice(self, specs: list[dict[str, Any]], *, final: bool) -> str | dict[str, Any] | None:
+        """The request's `tool_choice`: said outright whenever tools are offered (llama.cpp's server, for one, leaves
+        them out of the prompt without it), "none" on the last turn; a tool's name as OpenAI's object naming it, and
+        "auto" on a turn whose tools (a dynamic tool set) do not include it."""
+        if not specs:
+            return None
+        if final:
+            return "none"
+        if self.tool_choice in TOOL_CHOICES:
+            return self.tool_choice
+        if self.tool_choice in {spec_name(s) for s in specs}:
+            return {"type": "function", "function": {"name": self.tool_choice}}
+        return "auto"
 
     def _parsed(self, written: TextToolCalls | None, reply: Completion, *,
                 cut: bool) -> list[tuple[ToolCallRequest, dict[str, Any] | None, str | None]]:

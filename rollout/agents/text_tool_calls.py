@@ -12,7 +12,10 @@ text. Taken as the answer it would be scored as one, so the formats served model
 - `<function=name>{...}</function>` (Llama 3.1's custom tools) and `<function=name><parameter=key>value</parameter>
   </function>` (Qwen3-Coder's XML);
 - llama-cpp-python's `--chat_format chatml-function-calling`: `functions.name:\n{...}` (one after another), the syntax
-  of that server's own prompt, which a model writes as text on a turn sent with `tool_choice="none"`.
+  of that server's own prompt, which a model writes as text on a turn sent with `tool_choice="none"`;
+- bare JSON calls `{"name": ..., "arguments": {...}}` among other text: what a small model writes when it leaves out
+  its template's `<tool_call>` tags (Qwen2.5-Coder-0.5B and 1.5B on llama.cpp, which then parses nothing, and go on
+  in prose after the call when `tool_choice="required"`); the text around them is kept as the reply's text.
 
 A call counts only when it names a tool that was offered: a JSON answer that happens to have a `name` is not a call.
 Text with HTML entities (`&#34;` or `&quot;` for quotes, as llama-cpp-python's server returns it) is read unescaped
@@ -70,7 +73,7 @@ class TextToolCall:
     name: str
     arguments: dict[str, Any]
     format: str
-    """Which format it was written in: hermes, llama3_json, mistral, function or functions."""
+    """Which format it was written in: hermes, llama3_json, mistral, function, functions or json (bare among text)."""
     unread: str | None = None
     """The arguments as written when they are no JSON object (they end before their JSON does, in a reply cut at the
     token limit, or are no JSON at all); the whole call as written when its arguments cannot be told apart. The call
@@ -280,8 +283,31 @@ def unread_call_error(call: TextToolCall, *, cut: bool) -> str:
             "its arguments as a JSON object matching its parameters.")
 
 
+_BARE_CALL = re.compile(r'\{\s*"name"\s*:\s*"([\w.\-]+)"')
+
+
+def _bare_json(text: str, offered: Collection[str]) -> TextToolCalls | None:
+    """Whole JSON calls to offered tools written among other text, each taken out; the rest is the reply's text.
+    Text that is JSON through and through is Llama 3's format, read or refused whole there."""
+    if _json_values(text):
+        return None
+    calls, kept, end = [], [], 0
+    for match in _BARE_CALL.finditer(text):
+        if match.start() < end or match.group(1) not in offered:
+            continue
+        try:
+            value, after = _DECODER.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if (call := _call(value, offered, "json")) is not None:
+            calls.append(call)
+            kept.append(text[end:match.start()])
+            end = after
+    return TextToolCalls(calls, "".join(kept + [text[end:]]).strip()) if calls else None
+
+
 def _find(text: str, offered: Collection[str]) -> TextToolCalls | None:
-    for parse in (_hermes, _mistral, _function, _functions, _llama3_json):
+    for parse in (_hermes, _mistral, _function, _functions, _llama3_json, _bare_json):
         if (found := parse(text, offered)) is not None:
             return found
     return None
@@ -309,6 +335,10 @@ def no_parser_message(found: TextToolCalls, reply: str) -> str:
         return (f"the LLM server returned a tool call as text in llama-cpp-python's chatml-function-calling syntax "
                 f"(functions.NAME:) instead of tool_calls: serve the model with llama.cpp's llama-server --jinja, or "
                 f"set agent.text_tool_calls=parse to parse them here. The reply: {shown!r}")
+    if found.calls[0].format == "json":
+        return (f"the model wrote a tool call as bare JSON among its text, without its chat template's tool-call tags, "
+                f"so no server's tool parser reads it: set agent.text_tool_calls=parse to parse them here. "
+                f"The reply: {shown!r}")
     vllm, sglang = SERVER_PARSERS[found.calls[0].format]
     return (f"the LLM server returned a tool call as text instead of tool_calls, so it has no tool parser: start "
             f"vLLM with --enable-auto-tool-choice --tool-call-parser {vllm}, SGLang with --tool-call-parser {sglang}, "

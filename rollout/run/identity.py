@@ -86,7 +86,7 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
 
 RECORDED_LATER: dict[str, Any] = {
     "gateway.default_max_docs": 10, "dataset.corpus.extensions": [".md", ".txt"], "llm.context_window": None,
-    "agent.text_tool_calls": "refuse", "agent.tokenizer": None, "agent.answer_tag": None,
+    "agent.text_tool_calls": "refuse", "agent.tool_choice": "auto", "agent.tokenizer": None, "agent.answer_tag": None,
     "retriever.sparse.index_path": None,
     "retriever.dense.pooling": None, "retriever.dense.tevatron_shards": None,
     "dataset.qrels.evidence": None, "dataset.qrels.gold": None, "retriever.dense.passage_tokens": None,

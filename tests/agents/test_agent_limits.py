@@ -174,6 +174,34 @@ def test_text_that_merely_looks_like_a_call_is_not_one():
     assert find_text_tool_calls(v11, {SPARSE}).calls[0].arguments == {"query": "y"}
 
 
+QWEN_REQUIRED = (f'{{"name": "{SPARSE}", "arguments": {{"query": "Founder of company with register code ORG-4419 born", '
+                 '"top_k": 1}}. The exact words that answer the question are "Founder of company wi')
+"""Qwen2.5-Coder-0.5B-Instruct on llama.cpp's llama-server --jinja, sent `tool_choice: "required"`: its call as bare
+JSON without its template's `<tool_call>` tags (so the server parsed none), then prose until `max_tokens`."""
+
+
+def test_bare_json_calls_among_text_are_calls_and_the_text_around_them_is_kept():
+    [call] = find_text_tool_calls(QWEN_REQUIRED, {SPARSE}).calls
+    assert call.format == "json" and call.unread is None
+    assert call.arguments == {"query": "Founder of company with register code ORG-4419 born", "top_k": 1}
+    assert find_text_tool_calls(QWEN_REQUIRED, {SPARSE}).rest.startswith('. The exact words')
+    twice = f'{written_call(SPARSE, {"query": "a"}, "llama3_json")}\n\nI searched: {written_call(SPARSE, {"query": "b"}, "llama3_json")}'
+    assert [c.arguments for c in find_text_tool_calls(twice, {SPARSE}).calls] == [{"query": "a"}, {"query": "b"}]
+    assert find_text_tool_calls('It is {"name": "Bota Kaiba", "arguments": {"x": 1}}.', {SPARSE}) is None
+
+
+async def test_a_bare_json_call_among_prose_is_run_with_parse_and_stops_the_run_with_refuse(chat, make_tools):
+    chat.push(answer(QWEN_REQUIRED), answer("Answer: 1948"))
+    tools = make_tools(SPARSE)
+    result = await OpenAIAgent(llm(chat.base_url), max_turns=3, text_tool_calls="parse").run(QUESTION, tools,
+                                                                                             EventLog("t"))
+    assert tools.calls == [(SPARSE, {"query": "Founder of company with register code ORG-4419 born", "top_k": 1})]
+    assert result.prediction == "1948"
+    chat.push(answer(QWEN_REQUIRED))
+    with pytest.raises(ServerSetupError, match="bare JSON .* agent.text_tool_calls=parse"):
+        await make_agent(chat.base_url).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+
+
 LLAMA_CPP_CALL = ("functions.query_knowledge_base_dense:\n"
                   "{ &#34;query&#34;: &#34;who founded veltrix&#34;, &#34;top_k&#34;: 5}")
 """A final reply of SmolLM2-135M-Instruct served by llama-cpp-python 0.3.36 with `--chat_format

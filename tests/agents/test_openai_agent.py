@@ -253,6 +253,26 @@ async def test_last_turn_is_sent_with_tool_choice_none(chat, env):
     assert last.turn == 3 and last.tool_calls == []
 
 
+@pytest.mark.parametrize(("choice", "sent"), [
+    ("required", "required"),
+    ("none", "none"),
+    (SPARSE, {"type": "function", "function": {"name": SPARSE}}),
+])
+async def test_tool_choice_is_sent_on_every_turn_but_the_last(chat, env, choice, sent):
+    chat.push(*[tool_calls((SPARSE, {"query": f"Voss {i}"})) for i in range(3)])
+    agent = OpenAIAgent(llm(chat.base_url), max_turns=3, tool_choice=choice)
+    await agent.run(QUESTION, env.for_task("t"), EventLog("t"))
+    assert [r.get("tool_choice") for r in chat.chat_requests] == [sent, sent, "none"]
+
+
+def test_a_tool_choice_naming_no_offered_tool_is_refused(chat, env):
+    specs = list(env.for_task("probe").tool_specs)
+    OpenAIAgent(llm(chat.base_url), tool_choice=SPARSE).check_tools(specs)  # an offered tool's name passes
+    agent = OpenAIAgent(llm(chat.base_url), tool_choice="query_knowledge_base_dense")
+    with pytest.raises(ConfigError, match=f"agent.tool_choice=query_knowledge_base_dense .*{SPARSE}"):
+        agent.check_tools(specs)
+
+
 async def test_single_turn_budget_answers_at_once(chat, env):
     result = await make_agent(chat.base_url, max_turns=1).run(QUESTION, env.for_task("t"), EventLog("t"))
     [request] = chat.chat_requests
@@ -337,6 +357,8 @@ def test_bad_llm_config_is_a_config_error(overrides, match):
     ({"max_turns": "8"}, "agent.max_turns"),
     ({"backoff_base_s": -1}, "agent.backoff_base_s"),
     ({"parallel_tool_calls": "yes"}, "agent.parallel_tool_calls"),
+    ({"tool_choice": ""}, "agent.tool_choice"),
+    ({"tool_choice": None}, "agent.tool_choice"),
 ])
 def test_bad_agent_config_is_a_config_error(kwargs, match):
     with pytest.raises(ConfigError, match=match):
