@@ -212,6 +212,10 @@ class KnowledgeBase:
     def check_doc_ids(self, doc_ids: Sequence[str] | None, tool: str = "search_documents") -> list[str]:
         """`doc_ids` without repeats, each a known document; a ValueError (for the agent) says which are not."""
         docs = list(dict.fromkeys(str(d) for d in doc_ids or ()))
+        # Bounded as a query is: the errors below echo the ids to the model.
+        if (long := next((d for d in docs if len(d) > self.max_query_chars), None)) is not None:
+            raise ValueError(f"a doc_id is {len(long)} characters; the limit is {self.max_query_chars}: pass the "
+                             f"doc_id values {tool} returned")
         if not docs:
             raise ValueError(f"doc_ids is empty: pass the doc_id values {tool} returned")
         if len(docs) > self.max_files:

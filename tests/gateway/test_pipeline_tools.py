@@ -239,6 +239,8 @@ async def test_filter_rejects_bad_arguments(kb):
         return _call(kb, "filter_documents", {"query": FOUNDER, "doc_ids": ["veltrix"], **arguments})
 
     assert "unknown document ids: nope, gone" in _error(await call(doc_ids=["veltrix", "nope", "gone"]))
+    long = _error(await call(doc_ids=["veltrix", "x" * 900_000]))  # not echoed back whole to the model
+    assert "a doc_id is 900000 characters; the limit is 2000" in long and len(long) < 1000
     assert "doc_ids is empty" in _error(await call(doc_ids=[]))
     for bad in (11, -1):
         assert f"relevance_threshold must be between 0 and 10, got {bad}" in _error(await call(relevance_threshold=bad))
