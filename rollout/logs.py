@@ -150,6 +150,33 @@ def adopt_serve_logger() -> None:
     logger.setLevel(logging.NOTSET)
 
 
+class _RayDataToRoot(logging.Handler):
+    """In place of Ray Data's console handler: its records at the level `ray` is set to go to the root logger's
+    handlers, except those Ray Data keeps off consoles (`hide`: a failed dataset's full stack trace)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "hide", False) or record.levelno < logging.getLogger("ray").getEffectiveLevel():
+            return
+        for handler in logging.getLogger().handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def adopt_ray_data_logger() -> None:
+    """Ray Data's logger ("ray.data", given a console handler in Ray's format when `ray.data` is imported) prints
+    through the root logger's handlers instead, in the one format, at the level of `ray` (idempotent).
+
+    Its handlers that write Ray Data's own log files in Ray's session folder stay."""
+    if not logging.getLogger().handlers:
+        return
+    logger = logging.getLogger("ray.data")
+    for handler in list(logger.handlers):
+        if isinstance(handler, _RayDataToRoot) or (isinstance(handler, logging.StreamHandler)
+                                                   and not isinstance(handler, logging.FileHandler)):
+            logger.removeHandler(handler)
+    logger.addHandler(_RayDataToRoot())
+
+
 def set_library_progress_bars(on: bool) -> None:
     """Turn the libraries' progress bars off, in this process and in the processes it starts; `on` changes nothing
     (they draw by default, and a user's own `TQDM_DISABLE=1` stays).

@@ -4,9 +4,9 @@ Ray tasks, the indexes assembled where the command runs and cached as a run's ga
 Encoding 21M passages is a GPU-cluster job. `encode_on_ray` splits the corpus store's rows into shards of
 `rows_per_shard` (a multiple of the encoder's batch size, so every batch is the one a single-machine build encodes
 and the vectors are the same), maps them over `encoders` actors (each with `gpus_per_encoder` GPUs, or one CPU), and
-each actor writes its shards' vectors as `.npy` files into a folder of the cache. `assemble_dense` then adds the
-shards in row order to a flat or HNSW index, or trains an IVF (IVF-PQ) index on the sample a local build would draw
-and adds them. `ray_tokenizer` hands BM25's chunks to Ray tasks and gets them back in order for
+each actor writes its shards' vectors as `.npy` files into a folder of the cache, while a log line says how far the
+encoding is (`rollout.retrieval.encode_progress`). `assemble_dense` then adds the shards in row order to a flat or
+HNSW index, or trains an IVF (IVF-PQ) index on the sample a local build would draw and adds them. `ray_tokenizer` hands BM25's chunks to Ray tasks and gets them back in order for
 `rollout.retrieval.bm25_build` to merge.
 
 Every node reads the corpus store and writes shards under the cache directory: on a cluster it must be a shared
@@ -27,10 +27,12 @@ import faiss
 import numpy as np
 
 from rollout.errors import RetrievalError
+from rollout.logs import adopt_ray_data_logger
 from rollout.records import Passage
 from rollout.retrieval.bm25_build import ChunkTokenizer, TokenizedChunk, tokenize_store_rows
 from rollout.retrieval.dense import DenseRetriever, search_settings
 from rollout.retrieval.dense_ivf import new_ivf, sample_rows, train_ivf
+from rollout.retrieval.encode_progress import EncodeProgress
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.params import DenseParams, SparseParams
 
@@ -83,6 +85,9 @@ def encode_on_ray(passages: Sequence[Passage], params: DenseParams, cache_dir: P
                   settings: RayBuild) -> list[Path]:
     """Every passage's vector, written by Ray Data actors as shards in `shard_dir`; the shard files in row order."""
     import ray
+    import ray.data
+
+    from rollout.run.ray_console import quiet_notice  # here: it imports Ray, which a gateway that imports this lacks
 
     store = _store_path(passages)
     n = len(passages)
@@ -90,30 +95,43 @@ def encode_on_ray(passages: Sequence[Passage], params: DenseParams, cache_dir: P
     shards = [{"start": start, "stop": min(start + per_shard, n)} for start in range(0, n, per_shard)]
     shard_dir.mkdir(parents=True, exist_ok=True)
     todo = [s for s in shards if not (shard_dir / f"{s['start']:012d}.npy").is_file()]  # a build that resumes
-    resources = ray.cluster_resources()
+    encoders = encoder_count(ray.cluster_resources(), settings)
     gpus = settings.gpus_per_encoder
-    encoders = settings.encoders or max(1, int(resources.get("GPU", 0) // gpus) if gpus else
-                                        int(resources.get("CPU", 1)))
     logger.info("Encoding %d passages on Ray: %d shards of %d (%d to do) on %d encoder actor(s)%s", n, len(shards),
                 per_shard, len(todo), encoders, f" with {gpus:g} GPU each" if gpus else "")
     if todo:
         context = ray.data.DataContext.get_current()
-        # The log says what is encoded; Ray Data's progress report every few seconds would bury it.
+        # The progress line below says what is encoded; Ray Data's bars would redraw every few seconds beside it.
         context.enable_progress_bars = False
         context.print_on_execution_start = False
-        logging.getLogger("ray.data").setLevel(max(logging.WARNING, logging.getLogger("ray.data").level))
-        (ray.data.from_items(todo)
-         .map_batches(_ShardEncoder, batch_size=1, concurrency=min(encoders, len(todo)),
-                      num_gpus=gpus or None, num_cpus=None if gpus else 1,
-                      fn_constructor_kwargs={"store_path": str(store), "params": asdict(params),
-                                             "cache_dir": str(cache_dir), "shard_dir": str(shard_dir)})
-         .materialize())
+        quiet_notice("ray.data._internal.progress", "Progress bars disabled")
+        adopt_ray_data_logger()
+        encoded = (ray.data.from_items(todo)
+                   .map_batches(_ShardEncoder, batch_size=1,
+                                compute=ray.data.ActorPoolStrategy(size=min(encoders, len(todo))),
+                                num_gpus=gpus or None, num_cpus=None if gpus else 1,
+                                fn_constructor_kwargs={"store_path": str(store), "params": asdict(params),
+                                                       "cache_dir": str(cache_dir), "shard_dir": str(shard_dir)}))
+        progress = EncodeProgress(sum(s["stop"] - s["start"] for s in todo))
+        for batch in encoded.iter_batches(batch_size=None):  # each as its shards are written
+            progress.add(int(np.sum(batch["stop"] - batch["start"])))
     files = [shard_dir / f"{s['start']:012d}.npy" for s in shards]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
         raise RetrievalError(f"Ray finished without writing shards {missing[:3]} in {shard_dir}: is the cache "
                              "directory shared by every node of the cluster?")
     return files
+
+
+def encoder_count(resources: dict[str, float], settings: RayBuild) -> int:
+    """The encoder actors of a build: `settings.encoders`, else one per GPU (with GPUs) or CPU of the cluster."""
+    gpus = settings.gpus_per_encoder
+    if gpus and resources.get("GPU", 0) < gpus:
+        logger.warning("build.gpus_per_encoder=%g but the Ray cluster has %g GPU now: the encoders wait for GPU nodes "
+                       "to join (build.gpus_per_encoder=0 encodes on CPUs)", gpus, resources.get("GPU", 0))
+    if settings.encoders:
+        return settings.encoders
+    return max(1, int(resources.get("GPU", 0) // gpus) if gpus else int(resources.get("CPU", 1)))
 
 
 def assemble_dense(files: Sequence[Path], encoder: TextEncoder, params: DenseParams) -> DenseRetriever:

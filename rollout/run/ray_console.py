@@ -11,15 +11,24 @@ format (a traceback) stay with it. A line in Ray Serve's own format (its control
 which Ray prints to stdout as "(raylet) ..." past any printer, are logged the same way, as warnings of logger `ray`.
 
 Ray's "Token authentication is enabled for this Ray cluster" warning (a token in ~/.ray, no RAY_AUTH_MODE) says
-nothing a run's user can act on: `quiet_token_notice` keeps it out of the run's log.
+nothing a run's user can act on: `quiet_token_notice` keeps it out of the run's log (`quiet_notice` any other such).
+
+Ray's C++ core worker in the driver writes its errors straight to file descriptor 2, past Python's logging, as
+"[2026-11-29 06:23:10,931 E 14126 14126] core_worker.cc:2465: ...". Within `native_lines_logged()` descriptor 2 is a
+pipe: each such line is logged under `ray` at its level (a few routine ones, `NATIVE_NOTICES`, at INFO), any other
+byte goes on to stderr unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
+import sys
+import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 import ray._private.worker
 from ray._private.ray_logging import global_worker_stdstream_dispatcher
@@ -92,13 +101,116 @@ def _logged(line: str) -> tuple[str, str, str] | None:
     return None
 
 
-class _DropTokenNotice(logging.Filter):
+class _DropNotice(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(TOKEN_NOTICE)
+        return not str(record.msg).startswith(self.prefix)
+
+
+def quiet_notice(logger_name: str, prefix: str) -> None:
+    """Keep the records of `logger_name` whose message starts with `prefix` out of the log (idempotent)."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, _DropNotice) and f.prefix == prefix for f in logger.filters):
+        logger.addFilter(_DropNotice(prefix))
 
 
 def quiet_token_notice() -> None:
     """Keep Ray's notice that it enabled token authentication out of the run's log (idempotent)."""
-    logger = logging.getLogger(TOKEN_LOGGER)
-    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
-        logger.addFilter(_DropTokenNotice())
+    quiet_notice(TOKEN_LOGGER, TOKEN_NOTICE)
+
+
+_NATIVE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([DIWEF]) \d+ \d+\] (.*)")
+"""A line of Ray's C++ logging: its severity letter and message ("core_worker.cc:2465: ...")."""
+_NATIVE_LEVELS = {"D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR,
+                  "F": logging.CRITICAL}
+NATIVE_NOTICES = {
+    # Ray Data starts its actors with their arguments in the object store of the driver, which outlives them.
+    "has constructor arguments in the object store": logging.INFO,
+}
+"""Routine C++ lines Ray writes as errors (a part of their message), and the level they are logged at."""
+
+
+def native_record(line: str) -> tuple[int, str] | None:
+    """The level and message of a line of Ray's C++ logging; None for any other line."""
+    if (m := _NATIVE.fullmatch(line.rstrip("\r\n"))) is None:
+        return None
+    message = m.group(2)
+    level = next((lv for part, lv in NATIVE_NOTICES.items() if part in message), _NATIVE_LEVELS[m.group(1)])
+    return level, message
+
+
+@contextlib.contextmanager
+def native_lines_logged() -> Iterator[None]:
+    """Within: what C++ code writes to file descriptor 2 passes through a pipe, where Ray's log lines are logged under
+    `ray` and the rest goes on to stderr as it came.
+
+    Python's own writes (sys.stderr, the handlers that wrote to it) go to stderr directly meanwhile: the thread that
+    reads the pipe logs, and must never wait on the pipe it drains."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    stderr = open(saved, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+    moved = _handlers_on_fd2()
+    for handler in moved:
+        handler.setStream(stderr)
+    python_stderr, sys.stderr = sys.stderr, stderr
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    relay = threading.Thread(target=_relay, args=(read_end, saved), name="ray-native-stderr", daemon=True)
+    relay.start()
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)  # the pipe's last write end closes (a child started meanwhile may hold another)
+        relay.join(timeout=5)
+        sys.stderr = python_stderr
+        for handler, stream in moved.items():
+            handler.setStream(stream)
+        stderr.flush()
+        if not relay.is_alive():  # else it relays that child's lines until the process ends
+            os.close(read_end)
+            os.close(saved)
+
+
+def _handlers_on_fd2() -> dict[logging.StreamHandler, IO[str]]:
+    """The stream handlers of any logger that write to file descriptor 2, with their streams."""
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    found = {}
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                with contextlib.suppress(AttributeError, OSError, ValueError):  # a stream with no descriptor
+                    if handler.stream.fileno() == 2:
+                        found[handler] = handler.stream
+    return found
+
+
+def _relay(read_end: int, out: int) -> None:
+    """Read the pipe until its write ends close: Ray's lines logged, the rest written to `out` as it came."""
+    pending = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(read_end, 65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                _relay_line(line + b"\n", out)
+            if pending and not pending.startswith(b"["):  # a part line that is no log line (a bar redrawn)
+                _write(out, pending)
+                pending = b""
+        if pending:
+            _relay_line(pending, out)
+
+
+def _relay_line(line: bytes, out: int) -> None:
+    if (record := native_record(line.decode("utf-8", "replace"))) is not None:
+        logging.getLogger("ray").log(record[0], "%s", record[1])
+    else:
+        _write(out, line)
+
+
+def _write(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]

@@ -17,7 +17,7 @@ from rollout.retrieval.build_index import build_indexes
 from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import load_encoder
 from rollout.retrieval.params import DenseParams, RetrievalParams
-from rollout.retrieval.ray_build import assemble_dense
+from rollout.retrieval.ray_build import RayBuild, assemble_dense, encoder_count
 
 QUERIES = ["Veltrix founded", "Kremes Works company", "born city", "ORG-5521"]
 
@@ -53,6 +53,18 @@ def test_shards_assemble_into_the_index_of_the_whole_matrix(tmp_path, index):
     ours, theirs = assembled.search_vectors(queries, 10), whole.search_vectors(queries, 10)
     assert assembled.num_passages == 3000 and assembled.index_type == whole.index_type
     assert np.array_equal(ours.indices, theirs.indices) and np.allclose(ours.scores, theirs.scores, atol=1e-6)
+
+
+def test_encoders_follow_the_cluster_and_a_gpu_build_without_gpus_says_so(caplog):
+    assert encoder_count({"CPU": 8.0}, RayBuild()) == 8
+    assert encoder_count({"CPU": 8.0, "GPU": 4.0}, RayBuild(gpus_per_encoder=0.5)) == 8
+    assert encoder_count({"CPU": 8.0, "GPU": 4.0}, RayBuild(encoders=3, gpus_per_encoder=1)) == 3
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="rollout.retrieval.ray_build"):
+        assert encoder_count({"CPU": 8.0}, RayBuild(gpus_per_encoder=1)) == 1  # waits for GPU nodes to join
+    (record,) = caplog.records
+    assert "build.gpus_per_encoder=1 but the Ray cluster has 0 GPU" in record.getMessage()
+    assert "build.gpus_per_encoder=0" in record.getMessage()  # the fix
 
 
 @pytest.mark.slow
