@@ -6,7 +6,6 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from rollout.paths import PROJECT_ROOT
 from rollout.records import Passage
 from rollout.retrieval.cache import corpus_fingerprint
 from tests.data.helpers import write_folder, write_jsonl
+from tests.halfway import stopped_halfway
 
 ROWS = [
     {"id": "a", "contents": "Alpha Corp\nAlpha Corp makes looms in Dravia."},
@@ -209,16 +209,7 @@ corpus_store.open_corpus(sys.argv[1], Path(sys.argv[2]))
 
 def _writer_in_the_middle(corpus: Path, cache: Path, marker: Path) -> tuple[subprocess.Popen, set[Path]]:
     """A process writing the store, stopped halfway; the temporaries that appeared for it."""
-    before = set(cache.glob(".tmp-*"))
-    child = subprocess.Popen([sys.executable, "-c", _WRITE_AND_HANG, str(corpus), str(cache), str(marker)])
-    deadline = time.monotonic() + 300  # a bound for a child that hangs elsewhere, not a speed check
-    while not marker.exists():
-        assert child.poll() is None, "the writer ended before it was halfway"
-        if time.monotonic() > deadline:
-            child.kill()
-            pytest.fail("the writer never got halfway")
-        time.sleep(0.05)
-    return child, set(cache.glob(".tmp-*")) - before
+    return stopped_halfway(_WRITE_AND_HANG, [str(corpus), str(cache), str(marker)], marker, cache)
 
 
 def test_a_killed_writers_temporary_is_removed_and_a_live_writers_kept(corpus, tmp_path, caplog):

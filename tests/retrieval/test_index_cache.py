@@ -2,8 +2,6 @@ import json
 import logging
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from rollout.retrieval import (
 )
 from rollout.retrieval import cache as cache_module
 from rollout.retrieval.cache import corpus_fingerprint
+from tests.halfway import stopped_halfway
 
 QUERIES = ["birthplace of Ravel", "VX-1234 spectrometer", "deepest lake", "train in the Alps"]
 HNSW = RetrievalParams(dense=DenseParams(index="hnsw"))
@@ -358,16 +357,7 @@ load_or_build_indexes(passages, Path(sys.argv[1]), which=["sparse"])
 
 def _build_in_the_middle(cache_dir: Path, marker: Path) -> tuple[subprocess.Popen, set[Path]]:
     """A process building a BM25 index, stopped once its chunks are spilled; the temporaries that appeared for it."""
-    before = set(cache_dir.glob(".tmp-*"))
-    child = subprocess.Popen([sys.executable, "-c", _BUILD_AND_HANG, str(cache_dir), str(marker)])
-    deadline = time.monotonic() + 300  # a bound for a child that hangs elsewhere, not a speed check
-    while not marker.exists():
-        assert child.poll() is None, "the build ended before it was halfway"
-        if time.monotonic() > deadline:
-            child.kill()
-            pytest.fail("the build never got halfway")
-        time.sleep(0.05)
-    return child, set(cache_dir.glob(".tmp-*")) - before
+    return stopped_halfway(_BUILD_AND_HANG, [str(cache_dir), str(marker)], marker, cache_dir)
 
 
 def test_a_killed_builds_temporaries_are_removed_and_a_live_builds_kept(
