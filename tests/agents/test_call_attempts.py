@@ -47,9 +47,9 @@ def test_a_reply_that_opens_with_a_call_prefix_is_a_call_that_could_not_be_read(
 
 def test_what_does_not_open_as_a_call_to_an_offered_tool_is_no_attempt():
     for text in (f"The answer is Kelmor. functions.{SPARSE}: was not needed.",  # prose that names the syntax
-                 f"functions.another_tool:\n{{'query': 'x'}}",  # a tool not offered
+                 "functions.another_tool:\n{'query': 'x'}",  # a tool not offered
                  '{"name": "Paris", "country": France}',  # JSON-ish prose with a name that is no tool
-                 f"<tool_call>{{\"name\": \"another_tool\", \"arguments\": {{}}}}</tool_call>",
+                 '<tool_call>{"name": "another_tool", "arguments": {}}</tool_call>',
                  "Kelmor"):
         assert find_text_tool_calls(text, {SPARSE}) is None, text
 
