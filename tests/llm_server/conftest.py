@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import shared_by_workers
 from tests.llm_server.jinja_server import llama_server_binary
 from tests.llm_server.jinja_server import server_command as jinja_command
+from tests.llm_server.qwen import ALIAS as QWEN_ALIAS
+from tests.llm_server.qwen import qwen
 from tests.llm_server.server import LlamaMissing, llama_server, no_llama, require_llama, served, server_command
 from tests.llm_server.smollm2 import ALIAS as SMOL_ALIAS
 from tests.llm_server.smollm2 import smollm2
@@ -108,4 +110,18 @@ def smol_jinja(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                       template=llama_sources().template)
     with served(command, log) as direct, \
             wire_log(direct) as (url, wire):
+        yield Served(direct, url, wire)
+
+
+@pytest.fixture(scope="session")
+def qwen_jinja(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """Qwen2.5-Coder-0.5B-Instruct, a model trained to call tools, served by llama.cpp's `llama-server --jinja` with
+    its own template (Qwen2.5's: tools in `<tools>`, calls in `<tool_call>`, results in `<tool_response>`)."""
+    try:
+        binary = llama_server_binary(build=False)
+    except LlamaMissing as e:
+        no_llama(e)
+    log = tmp_path_factory.mktemp("qwen-logs") / "jinja.log"
+    command = partial(jinja_command, binary, qwen("0.5b"), QWEN_ALIAS, JUDGE_CONTEXT)
+    with served(command, log) as direct, wire_log(direct) as (url, wire):
         yield Served(direct, url, wire)

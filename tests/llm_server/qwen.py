@@ -30,6 +30,10 @@ from rollout.paths import default_cache_dir
 from tests.demo_runs import locked
 
 
+ALIAS = "qwen2.5-coder"
+"""The model name the tests' servers answer to (`llm.model=qwen2.5-coder`)."""
+
+
 @dataclass(frozen=True)
 class SplitModel:
     """A GGUF shipped as raw parts in a series of wheels `<package><N>==<version>`, N from 1."""
