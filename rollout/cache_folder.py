@@ -66,6 +66,20 @@ def temp_dir_for(final: Path, kind: str = "tmp") -> Path:
     return Path(tempfile.mkdtemp(prefix=temp_prefix(final.name, kind), dir=final.parent))
 
 
+def discard(final: Path) -> None:
+    """Move the cache entry `final`, which cannot be used, out of the way, then delete it: renamed at once, so a
+    process opening it meanwhile sees the whole old entry or none (one that maps it keeps its files until it closes
+    them). Gone already (another process moved it first) is fine; an `OSError` that leaves it in place propagates."""
+    trash = temp_dir_for(final, "broken")
+    try:
+        os.rename(final, trash / final.name)
+    except OSError:
+        if final.is_dir():
+            shutil.rmtree(trash, ignore_errors=True)
+            raise
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def remove_abandoned(cache_dir: Path) -> list[Path]:
     """Remove the temporaries in `cache_dir` whose writer is gone (the rules are the module's docstring); the ones
     removed. A temporary that cannot be removed (a read-only cache) is left, with a debug line."""

@@ -41,7 +41,7 @@ from typing import Any, overload
 import numpy as np
 import pyarrow as pa
 
-from rollout.cache_folder import remove_abandoned, temp_dir_for, writes_cache
+from rollout.cache_folder import discard, remove_abandoned, temp_dir_for, writes_cache
 from rollout.data.materialize import corpus_cache_key
 from rollout.data.specs import CorpusSpec
 from rollout.errors import DataError
@@ -377,18 +377,11 @@ def _usable(final: Path) -> tuple[CorpusStore | None, str]:
 
 
 def _discard(final: Path) -> None:
-    """Move a store that cannot be used out of the way, then delete it: renamed at once, so a process opening it
-    meanwhile sees the whole old store or none (one that maps it keeps its files until it closes them)."""
-    trash = temp_dir_for(final, "broken")
     try:
-        os.rename(final, trash / final.name)
-    except FileNotFoundError:  # another process moved it first
-        pass
+        discard(final)
     except OSError as e:
-        if final.is_dir():
-            raise DataError(f"cannot remove the unusable corpus store at {final} ({e}); delete that directory and "
-                            "it is written again") from e
-    shutil.rmtree(trash, ignore_errors=True)
+        raise DataError(f"cannot remove the unusable corpus store at {final} ({e}); delete that directory and it is "
+                        "written again") from e
 
 
 def source_id_of(passages: Sequence[Passage], row: int) -> str:

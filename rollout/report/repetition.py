@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from rollout.events import AnyEvent, LLMOutputEvent
@@ -120,24 +120,38 @@ def task_repeats(task: TaskResult) -> TaskRepeats:
     return TaskRepeats(calls=len(calls), repeats_of=repeats_of(calls), turns=len(turns), repeated_turns=repeated)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Repetition:
-    """Repeated calls and turns over a run's records: evaluation_summary.json's `repeated_calls`."""
+    """Repeated calls and turns over a run's records, added up record by record (`add`; nothing kept per record):
+    evaluation_summary.json's `repeated_calls`."""
 
-    tasks: int
+    tasks: int = 0
     """Records counted: every one summarised, scored or not."""
-    calls: int
+    calls: int = 0
     """Their tool calls."""
-    count: int
+    count: int = 0
     """Calls that repeat an earlier call of their task."""
-    tasks_with_repeated_calls: int
-    turns: int
+    tasks_with_repeated_calls: int = 0
+    turns: int = 0
     """Policy steps recorded in their events."""
-    repeated_turns: int
+    repeated_turns: int = 0
     """Steps equal to the step before in their task."""
-    tasks_with_repeated_turns: int
-    looping_tasks: int
+    tasks_with_repeated_turns: int = 0
+    looping_tasks: int = 0
     """Tasks with a repeated call or a repeated turn."""
+
+    def add(self, task: TaskResult) -> TaskRepeats:
+        """Count one record's repeats in; they are returned."""
+        repeats = task_repeats(task)
+        self.tasks += 1
+        self.calls += repeats.calls
+        self.count += len(repeats.repeats_of)
+        self.tasks_with_repeated_calls += bool(repeats.repeats_of)
+        self.turns += repeats.turns
+        self.repeated_turns += len(repeats.repeated_turns)
+        self.tasks_with_repeated_turns += bool(repeats.repeated_turns)
+        self.looping_tasks += repeats.loops
+        return repeats
 
     @property
     def share(self) -> float | None:
@@ -159,11 +173,7 @@ class Repetition:
         """The summary's block; None for files written before it was counted."""
         if data is None:
             return None
-        return cls(tasks=int(data["tasks"]), calls=int(data["calls"]), count=int(data["count"]),
-                   tasks_with_repeated_calls=int(data["tasks_with_repeated_calls"]),
-                   turns=int(data["turns"]), repeated_turns=int(data["repeated_turns"]),
-                   tasks_with_repeated_turns=int(data["tasks_with_repeated_turns"]),
-                   looping_tasks=int(data["looping_tasks"]))
+        return cls(**{f.name: int(data[f.name]) for f in fields(cls)})
 
     def warning(self, deterministic_agent: bool | None = None) -> str | None:
         """The summary's line when most tasks loop, with what to try; None otherwise, and for a deterministic agent
@@ -178,35 +188,3 @@ class Repetition:
                 "(+llm.sampling.repetition_penalty=1.1 on vLLM or SGLang, +llm.sampling.repeat_penalty=1.1 on "
                 "llama.cpp, +llm.sampling.frequency_penalty=0.5 on other OpenAI-compatible servers), or give it fewer "
                 "turns (agent.max_turns); read one with `rollout view RUN --task ID`, which marks the repeats")
-
-
-@dataclass(slots=True)
-class RepetitionTally:
-    """`Repetition` added up record by record (nothing kept per record)."""
-
-    tasks: int = 0
-    calls: int = 0
-    count: int = 0
-    tasks_with_repeated_calls: int = 0
-    turns: int = 0
-    repeated_turns: int = 0
-    tasks_with_repeated_turns: int = 0
-    looping_tasks: int = 0
-
-    def add(self, task: TaskResult) -> TaskRepeats:
-        repeats = task_repeats(task)
-        self.tasks += 1
-        self.calls += repeats.calls
-        self.count += len(repeats.repeats_of)
-        self.tasks_with_repeated_calls += bool(repeats.repeats_of)
-        self.turns += repeats.turns
-        self.repeated_turns += len(repeats.repeated_turns)
-        self.tasks_with_repeated_turns += bool(repeats.repeated_turns)
-        self.looping_tasks += repeats.loops
-        return repeats
-
-    def summary(self) -> Repetition:
-        return Repetition(tasks=self.tasks, calls=self.calls, count=self.count,
-                          tasks_with_repeated_calls=self.tasks_with_repeated_calls, turns=self.turns,
-                          repeated_turns=self.repeated_turns, tasks_with_repeated_turns=self.tasks_with_repeated_turns,
-                          looping_tasks=self.looping_tasks)

@@ -21,7 +21,7 @@ from rollout.report.calls import run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
 from rollout.report.question_set import RunQuestionSet
-from rollout.report.repetition import RepetitionTally
+from rollout.report.repetition import Repetition
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
 from rollout.summary import BrowseCompPlusScores, Calibration, RunAccounting
@@ -163,7 +163,7 @@ def score_run(run_dir: Path, label: str, *, score_failed: bool = False,
     latencies: list[float] = []
     tokens: list[float] = []
     accounting = AccountingTally()
-    repetition = RepetitionTally()
+    repetition = Repetition()
     duplicates = repeats = 0
     # The final message states the confidence; the events are the turns, compared for repeats.
     for task in iter_trajectory(run_dir, keep=("messages", "events")):
@@ -195,7 +195,6 @@ def score_run(run_dir: Path, label: str, *, score_failed: bool = False,
         logger.warning("%s: %d repeated (task id, repeat) records; kept the first line of each",
                        run_dir / TRAJECTORY_FILE, duplicates)
     n = len(seen)
-    repeated = repetition.summary()
     row = RunRow(
         label=label, mode=run_mode(run_dir), run_dir=run_dir, tasks=n, scored=len(metrics["exact_match"]),
         repeats=repeats, questions=len({qid for qid, _ in seen}), question_set=question_set,
@@ -206,7 +205,7 @@ def score_run(run_dir: Path, label: str, *, score_failed: bool = False,
         errors=statuses["error"], timeouts=statuses["timeout"], infra_errors=statuses["infra_error"],
         truncated=truncated, out_of_turns=out_of_turns, out_of_context=out_of_context, tokens_per_task=_mean(tokens),
         accounting=accounting.summary(), browsecomp_plus=browsecomp.summary(),
-        repeated_calls=repeated.count, repeated_call_share=repeated.share, repeated_turns=repeated.repeated_turns,
-        looping_tasks=repeated.looping_tasks,
+        repeated_calls=repetition.count, repeated_call_share=repetition.share,
+        repeated_turns=repetition.repeated_turns, looping_tasks=repetition.looping_tasks,
     )
     return ScoredRun(row, {q: _question_means(v) for q, v in per_question.items()})

@@ -57,7 +57,7 @@ from rollout.report.endpoint import EndpointTally, endpoint_line
 from rollout.report.tool_reach import ToolReachTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
-from rollout.report.repetition import RepetitionTally
+from rollout.report.repetition import Repetition
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
 from rollout.report.unfinished import UnfinishedCalls
 from rollout.summary import (
@@ -181,7 +181,7 @@ class _Tally:
         self.cost = ExactSum()
         self.accounting = AccountingTally()
         self.tool_reach = ToolReachTally()
-        self.repetition = RepetitionTally()
+        self.repetition = Repetition()
         self.endpoint = EndpointTally()
         self.unfinished = unfinished
 
@@ -317,7 +317,7 @@ def summarize(
                                 extra_metrics={m: extra.sources[m] for m in extra.metrics}),
         llm_endpoint=tally.endpoint.summary(),
         unfinished_calls={} if unfinished is None else unfinished.tools(),
-        repeated_calls=tally.repetition.summary(),
+        repeated_calls=tally.repetition,
     )
 
 
@@ -334,7 +334,7 @@ def _warnings(tally: _Tally, tools_offered: int | None, max_turns: int | None,
                         "prompt's request for the tag")
     if (unseen := tally.tool_reach.warning()) is not None:
         warnings.append(unseen)
-    if (looping := tally.repetition.summary().warning(deterministic_agent)) is not None:
+    if (looping := tally.repetition.warning(deterministic_agent)) is not None:
         warnings.append(looping)
     if tools_offered and tally.n and not tally.call_count and max_turns == 1:
         # The agent's one turn is its answering turn (agent=openai sends it with tool_choice "none"): rollout withheld

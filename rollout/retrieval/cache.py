@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollout.cache_folder import remove_abandoned, temp_dir_for, writes_cache
+from rollout.cache_folder import discard, remove_abandoned, temp_dir_for, writes_cache
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
@@ -257,17 +257,12 @@ def _load_checked(
 
 
 def _discard(final: Path) -> None:
-    """Move a broken cache entry out of the way (atomically, so a concurrent reader never sees half), then delete it."""
-    trash = temp_dir_for(final, "broken")
     try:
-        os.rename(final, trash / final.name)
+        discard(final)
     except OSError as e:
-        if final.is_dir():
-            raise RetrievalError(
-                f"cannot remove the unusable cached index at {final} ({e}); delete that directory to rebuild it"
-            ) from e
-        # Another process moved it first.
-    shutil.rmtree(trash, ignore_errors=True)
+        raise RetrievalError(
+            f"cannot remove the unusable cached index at {final} ({e}); delete that directory to rebuild it"
+        ) from e
 
 
 def _load_or_build(
