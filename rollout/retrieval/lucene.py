@@ -7,7 +7,14 @@ do too; searching the index itself gives exactly their rankings and scores.
 Lucene answers with its own document ids, the corpus' `id` strings for a JsonCollection index; `rows_of`
 turns them into corpus rows, and a sample of the index's stored documents is checked against the corpus when it
 opens (`rollout.retrieval.lucene_ids`). Pyserini drives Anserini's Java code in this process, in a JVM started on
-first use; every Java call runs on one of a few long-lived threads (`rollout.retrieval._jvm`).
+first use; every Java call runs on one of a few long-lived threads, or on the caller's when Java knows it already
+(`rollout.retrieval._jvm`).
+
+Searches call Anserini's `SimpleSearcher` (the Java object behind Pyserini's `LuceneSearcher`) directly, with the
+same arguments Pyserini passes, so the hits are Pyserini's own: its Python wrapper adds a Java map made per query,
+and its batch search hands back a Java map whose arrays pyjnius converts element by element, looking up each one's
+class (as long again as the searches themselves). A batch is split over the Java threads instead, each running
+the one-query search (what Anserini's batch search runs on each query, on a thread pool it makes per call).
 """
 
 from __future__ import annotations
@@ -19,12 +26,21 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rollout.errors import RetrievalError
-from rollout.retrieval._jvm import INSTALL, drain_java_log, environ, on_java_thread, require_extra, start_jvm
+from rollout.retrieval._jvm import (
+    INSTALL,
+    JAVA_THREADS,
+    drain_java_log,
+    environ,
+    on_java_thread,
+    on_java_threads,
+    require_extra,
+    start_jvm,
+)
 from rollout.retrieval.base import Hits, check_k, empty_hits, query_list
 from rollout.retrieval.lucene_ids import StoredDoc, check_ids, sample_positions, stored_text
 
@@ -40,6 +56,9 @@ BUILD_HINT = (
 )
 
 _IMPORT_LOCK = threading.Lock()
+LOG_EVERY_S = 1.0
+"""Searches move Lucene's log into Python's at most once a second: asking Java at every search took a few percent
+of a search over a small index, and Lucene seldom logs while searching."""
 
 
 class LuceneRetriever:
@@ -54,7 +73,8 @@ class LuceneRetriever:
     def __init__(self, searcher: Any, rows_of: Callable[[Sequence[str]], np.ndarray], num_docs: int) -> None:
         """Use `open`; this wires an already opened `LuceneSearcher` to the corpus."""
         self._searcher = searcher
-        self._rows_of = rows_of
+        self._java = searcher.object  # Anserini's SimpleSearcher
+        self._rows = _RowCache(num_docs, rows_of)
         self._num_docs = num_docs
         self._warned = False
 
@@ -114,50 +134,43 @@ class LuceneRetriever:
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """The k best passages per query, best first, with Lucene's scores cast to float32.
 
-        One query goes through `LuceneSearcher.search`; a batch through `batch_search`, on a Java thread per core.
+        Each query is Pyserini's `LuceneSearcher.search(query, k)`; a batch is spread over the Java threads.
         """
         check_k(k)
         queries = query_list(queries)
         hits = empty_hits(len(queries), k)
         if not queries:
             return hits
-        ranked = on_java_thread(lambda: self._ranked(queries, k))
-        docids = [docid for ranking in ranked for docid, _ in ranking]
-        rows = np.asarray(self._rows_of(docids), dtype=np.int64) if docids else np.empty(0, dtype=np.int64)
-        scores = np.array([score for ranking in ranked for _, score in ranking], dtype=np.float32)
-        start = 0
-        for q, ranking in enumerate(ranked):
-            stop = start + len(ranking)
-            known = rows[start:stop] >= 0
-            take = int(known.sum())
-            hits.indices[q, :take] = rows[start:stop][known]
-            hits.scores[q, :take] = scores[start:stop][known]
-            start = stop
-        self._report_unknown(docids, rows)
+        parts = -(-len(queries) // min(JAVA_THREADS, len(queries)))
+        ranked = [r for part in on_java_threads([functools.partial(self._ranked, queries[i:i + parts], k)
+                                                 for i in range(0, len(queries), parts)]) for r in part]
+        self._rows.fill(ranked)
+        dropped: list[str] = []
+        # Plain lists into numpy rows: for ten hits, cheaper than gathering them into arrays first.
+        for q, r in enumerate(ranked):
+            rows, scores = r.rows, r.scores
+            if -1 in rows:
+                dropped += [r.ids[i] for i, row in enumerate(rows) if row < 0]
+                scores = [score for row, score in zip(rows, scores) if row >= 0]
+                rows = [row for row in rows if row >= 0]
+            hits.indices[q, :len(rows)] = rows
+            hits.scores[q, :len(rows)] = scores
+        if dropped:
+            self._report_unknown(dropped, sum(len(r.rows) for r in ranked))
         return hits
 
-    def _ranked(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
-        """On a Java thread: (docid, score) of each query's hits, best first, as Python values (no Java object
-        leaves the thread)."""
+    def _ranked(self, queries: list[str], k: int) -> list[_Ranked]:
+        """On a Java thread: each query's hits as Python values (no Java object leaves the thread)."""
         try:
-            if len(queries) == 1:
-                found = [self._searcher.search(queries[0], k)]
-            else:
-                qids = [str(i) for i in range(len(queries))]
-                threads = min(os.cpu_count() or 1, len(queries))
-                by_qid = self._searcher.batch_search(queries, qids, k, threads)
-                found = [by_qid[qid] for qid in qids]
+            return [self._rows.read(self._java.search(query, k)) for query in queries]
         except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
+            drain_java_log()
             # The first line names the Java error (e.g. more than 1024 query terms); the rest is its stack.
             raise RetrievalError(f"Lucene could not answer the queries: {_first_line(e)}") from e
         finally:
-            drain_java_log()
-        return [[(str(hit.docid), float(hit.score)) for hit in ranking] for ranking in found]
+            drain_java_log(every=LOG_EVERY_S)
 
-    def _report_unknown(self, docids: list[str], rows: np.ndarray) -> None:
-        unknown = np.flatnonzero(rows < 0)
-        if len(unknown) == 0:
-            return
+    def _report_unknown(self, dropped: list[str], found: int) -> None:
         # Once per index: an index built from a larger corpus drops hits on every query, and one line says so.
         level = logging.DEBUG if self._warned else logging.WARNING
         self._warned = True
@@ -165,8 +178,65 @@ class LuceneRetriever:
             level,
             "dropped %d of %d Lucene hits whose document id is not in the corpus (e.g. %r); was the index built "
             "from another corpus? Later drops are logged at debug level",
-            len(unknown), len(docids), docids[unknown[0]],
+            len(dropped), found, dropped[0],
         )
+
+
+class _Ranked(NamedTuple):
+    """One query's hits, best first, as read on a Java thread."""
+
+    numbers: list[int]
+    """Lucene's own number of each hit's document."""
+    rows: list[int]
+    """The corpus row of each hit: -1 for a document the corpus lacks, -2 until looked up."""
+    scores: list[float]
+    ids: dict[int, str]
+    """The document id of each hit (by position) whose row was not known when it was read, or is -1."""
+
+
+class _RowCache:
+    """The corpus row of each of the index's documents, asked of `rows_of` once per document.
+
+    A corpus store finds an id's row in its files, several microseconds an id: for ten hits, more than Lucene takes
+    to answer a query over a small index. A Lucene document number names the same document for as long as the index
+    stays open, so a hit's row is looked up by it: one int32 a document, in pages the system commits only once a
+    hit touches them (at most 4 bytes a document of the index).
+    """
+
+    _LARGEST = int(np.iinfo(np.int32).max) - 2
+    """Rows above this are looked up on every hit (a corpus of over two billion passages)."""
+
+    def __init__(self, num_docs: int, rows_of: Callable[[Sequence[str]], np.ndarray]) -> None:
+        # A document's code is its row + 2: 0 until looked up, 1 for a document the corpus lacks.
+        self._codes = np.zeros(num_docs, dtype=np.int32)
+        self._rows_of = rows_of
+
+    def read(self, hits: Sequence[Any]) -> _Ranked:
+        """On a Java thread: the numbers, known rows and scores of Anserini's hits, and the ids of those whose row is
+        unknown or -1."""
+        numbers = [hit.lucene_docid for hit in hits]
+        scores = [hit.score for hit in hits]
+        rows = [code - 2 for code in self._codes[numbers].tolist()] if numbers else []
+        ids = {i: str(hits[i].docid) for i, row in enumerate(rows) if row < 0}
+        return _Ranked(numbers, rows, scores, ids)
+
+    def fill(self, ranked: list[_Ranked]) -> None:
+        """Look up the rows `read` did not know, each document once, in place."""
+        new = [(r, i) for r in ranked for i, row in enumerate(r.rows) if row == -2]
+        if not new:
+            return
+        asked: dict[int, str] = {}
+        for r, i in new:
+            asked.setdefault(r.numbers[i], r.ids[i])
+        found = np.asarray(self._rows_of(list(asked.values())), dtype=np.int64).tolist()
+        row_of = dict(zip(asked, found, strict=True))
+        for r, i in new:
+            r.rows[i] = row_of[r.numbers[i]]
+        # Another thread may write the same document's code at once: both write the same value.
+        cached = [(number, row + 2) for number, row in row_of.items() if row <= self._LARGEST]
+        if cached:
+            numbers, codes = zip(*cached, strict=True)
+            self._codes[list(numbers)] = codes
 
 
 def build_lucene_index(input_dir: str | Path, index_dir: str | Path, *, threads: int = 1) -> None:

@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,7 +25,7 @@ import pytest
 from rollout.errors import RetrievalError
 from rollout.paths import PROJECT_ROOT
 from rollout.records import Passage
-from rollout.retrieval import HybridRetriever, RetrievalParams, SparseParams, load_or_build_indexes
+from rollout.retrieval import HybridRetriever, RetrievalParams, SparseParams, _jvm, load_or_build_indexes
 from rollout.retrieval.lucene import INSTALL, LuceneRetriever, build_lucene_index, corpus_rows_of
 from tests.retrieval.conftest import FACTS
 
@@ -108,6 +109,137 @@ def test_hits_are_pyserinis_ids_and_scores_in_a_batch_and_alone(lucene_index: Pa
         _same_as_pyserini(alone.indices[0], alone.scores[0], expected, k)
     assert (batch.scores[:, :-1] >= batch.scores[:, 1:]).all()
     assert (batch.indices[:, 0] >= 0).sum() == len(QUERIES) - 2  # all but the stopword and unknown-word queries
+
+
+def _ties_corpus() -> list[Passage]:
+    """400 passages of 3 to 30 words from a vocabulary of 40: many documents per word, many tied scores."""
+    rng = np.random.default_rng(11)
+    colours = "north south east west amber ivory slate cobalt ochre tin teal rust".split()
+    vocabulary = _WORDS + [f"{w}s" for w in _WORDS] + colours
+    texts = [" ".join(rng.choice(vocabulary, size=int(rng.integers(3, 31)))) for _ in range(400)]
+    return [Passage(id=f"ties-{i:03d}", title=t.split()[0], text=t) for i, t in enumerate(texts)]
+
+
+TIES = _ties_corpus()
+TIES_QUERIES = [" ".join(np.random.default_rng(q).choice([p.text.split()[0] for p in TIES], size=1 + q % 4))
+                for q in range(64)] + ["the of and", "zyzzyva"]
+
+
+@pytest.fixture(scope="module")
+def ties_index(lucene_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Lucene index of `TIES`, in reverse corpus order."""
+    root = tmp_path_factory.mktemp("lucene-ties")
+    (root / "input").mkdir()
+    with (root / "input" / "docs.jsonl").open("w", encoding="utf-8") as f:
+        for p in TIES[::-1]:
+            f.write(json.dumps({"id": p.id, "contents": p.contents}) + "\n")
+    build_lucene_index(root / "input", root / "index")
+    return root / "index"
+
+
+@pytest.mark.parametrize("k", [1, 10, 50])
+def test_hits_are_pyserinis_search_and_batch_search_over_many_tied_scores(ties_index: Path, k: int) -> None:
+    searcher = _pyserini_searcher(ties_index)
+    retriever = LuceneRetriever.open(ties_index, corpus_rows_of(TIES), k1=0.9, b=0.4)
+    qids = [str(q) for q in range(len(TIES_QUERIES))]
+    by_qid = searcher.batch_search(TIES_QUERIES, qids, k, 2)
+    for batch_size in (16, len(TIES_QUERIES)):  # every row of the corpus looked up anew, then already known
+        for start in range(0, len(TIES_QUERIES), batch_size):
+            batch = retriever.search(TIES_QUERIES[start:start + batch_size], k)
+            for q in range(start, min(start + batch_size, len(TIES_QUERIES))):
+                _same_as_pyserini(batch.indices[q - start], batch.scores[q - start], by_qid[qids[q]], k, TIES)
+    for query in TIES_QUERIES:
+        alone = retriever.search([query], k)
+        _same_as_pyserini(alone.indices[0], alone.scores[0], searcher.search(query, k), k, TIES)
+    # Anserini breaks a tie by document id and parts the tied scores by 1e-6 steps: their order is checked too.
+    tied = sum(any(a.score - b.score < 1e-4 for a, b in zip(hits, hits[1:])) for hits in by_qid.values())
+    assert k == 1 or tied >= 10
+
+
+def test_each_document_a_hit_names_is_looked_up_in_the_corpus_once(lucene_index: Path) -> None:
+    asked: list[str] = []
+    rows_of = corpus_rows_of(CORPUS)
+
+    def counted(ids: Any) -> np.ndarray:
+        asked.extend(ids)
+        return rows_of(ids)
+
+    retriever = LuceneRetriever.open(lucene_index, counted)
+    first = retriever.search(QUERIES, 10)
+    assert asked and len(asked) == len(set(asked))  # a document two queries hit is asked once
+    looked_up = len(asked)
+    again = retriever.search(QUERIES, 10)
+    alone = [retriever.search([query], 10) for query in QUERIES]
+    assert len(asked) == looked_up
+    assert np.array_equal(first.indices, again.indices) and np.array_equal(first.scores, again.scores)
+    assert np.array_equal(first.indices, np.vstack([a.indices for a in alone]))
+
+
+def test_a_thread_java_knows_makes_its_own_calls_and_one_it_does_not_stays_unknown(lucene_index: Path) -> None:
+    jnius = _jvm.start_jvm()
+    seen: dict[str, object] = {}
+
+    def name() -> str:
+        return threading.current_thread().name
+
+    def caller() -> None:
+        seen["known at first"] = _jvm.attached()
+        seen["first call ran on"] = _jvm.on_java_thread(name)
+        seen["known after it"] = _jvm.attached()
+        jnius.autoclass("java.lang.System").nanoTime()  # touching Java attaches this thread
+        seen["known once it touched Java"] = _jvm.attached()
+        seen["next call ran on"] = _jvm.on_java_thread(name)
+        jnius.detach()
+        seen["known once detached"] = _jvm.attached()
+
+    thread = threading.Thread(target=caller, name="caller")
+    thread.start()
+    thread.join()
+    assert str(seen.pop("first call ran on")).startswith("java-")
+    assert seen == {"known at first": False, "known after it": False, "known once it touched Java": True,
+                    "next call ran on": "caller", "known once detached": False}
+
+
+def test_calls_for_the_java_threads_run_at_once_and_a_failure_is_raised_after_all(lucene_index: Path) -> None:
+    _jvm.start_jvm()
+    both = threading.Barrier(2, timeout=60)  # broken, so raising, unless the two calls run at the same time
+    ran: list[str] = []
+
+    def meet() -> str:
+        both.wait()
+        ran.append(threading.current_thread().name)
+        return threading.current_thread().name
+
+    def fail() -> None:
+        raise RetrievalError("the second call failed")
+
+    out: dict[str, object] = {}
+
+    def caller() -> None:  # a thread Java does not know: both calls go to the Java threads
+        out["names"] = _jvm.on_java_threads([meet, meet])
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    thread.join()
+    names = out["names"]
+    assert isinstance(names, list) and len(set(names)) == 2 and all(n.startswith("java-") for n in names)
+    ran.clear()
+    with pytest.raises(RetrievalError, match="the second call failed"):
+        _jvm.on_java_threads([lambda: ran.append("first"), fail, lambda: ran.append("third")])
+    assert sorted(ran) == ["first", "third"]
+
+
+def test_lucenes_log_waits_for_the_next_drain_due(lucene_index: Path, caplog: pytest.LogCaptureFixture) -> None:
+    jnius = _jvm.start_jvm()
+    lucene = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")
+    caplog.set_level(logging.DEBUG, logger="rollout.retrieval._jvm")
+    _jvm.drain_java_log()
+    lucene.warning("a record between drains")
+    _jvm.drain_java_log(every=3600)  # as searches drain: the last drain was just now, so Java is not asked
+    assert "a record between drains" not in caplog.text
+    _jvm.drain_java_log()
+    drained = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert drained == [(logging.WARNING, "Lucene: a record between drains")]
 
 
 def test_k1_and_b_reach_lucenes_bm25(lucene_index: Path) -> None:
