@@ -12,9 +12,9 @@ share of the corpus at a time:
    spills each chunk's (term, count) pairs to a file in the build directory (`.spill/`, deleted when the build ends;
    a build killed halfway leaves it inside the cache's temporary, which the next start removes with it:
    `rollout.cache_folder`).
-2. **Score** each spilled chunk with the final idf and average length, bm25s' `atire` formula in float64 term by
-   term as bm25s computes it, and scatter the scores into the memory-mapped `data` / `indices` arrays at their
-   column's place (`indptr` is the running sum of the document frequencies; a column's passages ascend, as
+2. **Score** each spilled chunk with the final idf (`params.method`'s) and average length, bm25s' `atire` formula in
+   float64 term by term as bm25s computes it, and scatter the scores into the memory-mapped `data` / `indices` arrays
+   at their column's place (`indptr` is the running sum of the document frequencies; a column's passages ascend, as
    bm25s' own CSC has them).
 
 What stays in memory is the vocabulary (a dict of each distinct token), one integer per passage (its length) and
@@ -51,6 +51,12 @@ TOKENS_PER_TEXT_BYTE = 16
 """Python bytes a chunk's tokens take per byte of its text (str objects, lists, counters): the chunk size divisor."""
 POOL_MIN_PASSAGES = 200_000
 """Below this many passages the tokenizing stays in the building process: starting workers would cost more."""
+IDF: dict[str, Callable[[int, int], float]] = {
+    "robertson": lambda n, df: math.log(max(1.0, (n - df + 0.5) / (df + 0.5))),
+    "lucene": lambda n, df: math.log(1 + (n - df + 0.5) / (df + 0.5)),
+}
+"""idf(passages, document frequency) per `SparseParams.method`: bm25s' `_score_idf_robertson` and `_score_idf_lucene`
+operation for operation, so the floats are the in-memory build's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +143,7 @@ def build_bm25s_files(passages: Sequence[Passage], params: SparseParams, out: Pa
     """Write bm25s' index files for `passages` into directory `out`; the number of distinct tokens. The chunks are
     tokenized by `tokenizer`, by default on `workers` processes (every core).
 
-    The same files, term ids and scores as `bm25s.BM25(method="atire", idf_method="robertson", dtype="float64")`
+    The same files, term ids and scores as `bm25s.BM25(method="atire", idf_method=params.method, dtype="float64")`
     indexing the whole corpus at once, as `Bm25sScorer.build` does."""
     started = time.perf_counter()
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
@@ -180,8 +186,7 @@ def _write_scores(spill: Path, n_chunks: int, doc_len: np.ndarray, df: np.ndarra
     n_docs = len(doc_len)
     # bm25s: the mean of the lengths as numpy takes it, and math.log per term (numpy's log may round otherwise).
     avg = np.array(doc_len, dtype=np.int64).mean() if n_docs else np.float64(0.0)
-    idf = np.array([math.log(max(1.0, (n_docs - d + 0.5) / (d + 0.5))) if d else 0.0 for d in df.tolist()],
-                   dtype=np.float64)
+    idf = np.array([IDF[params.method](n_docs, d) if d else 0.0 for d in df.tolist()], dtype=np.float64)
     indptr = np.zeros(len(df) + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1:])
     nnz = int(indptr[-1])
@@ -219,7 +224,7 @@ def _write_scores(spill: Path, n_chunks: int, doc_len: np.ndarray, df: np.ndarra
 def _write_vocab_and_params(out: Path, vocab: dict[str, int], params: SparseParams, n_docs: int) -> None:
     """`vocab.index.json` and `params.index.json` as `bm25s.BM25.save` writes them."""
     (out / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    bm25s_params = {"k1": params.k1, "b": params.b, "delta": 0.5, "method": "atire", "idf_method": "robertson",
+    bm25s_params = {"k1": params.k1, "b": params.b, "delta": 0.5, "method": "atire", "idf_method": params.method,
                     "dtype": "float64", "int_dtype": "int32", "num_docs": n_docs, "version": bm25s.__version__,
                     "backend": "numpy"}
     (out / "params.index.json").write_text(json.dumps(bm25s_params, indent=4), encoding="utf-8")

@@ -11,7 +11,9 @@ tied at bm25s' 18th, 74th and 2,058th place, and must be answered again exactly.
 bench run (1,000 queries, 2 cores, load average 6 -> 4) ours answered 4,010 q/s batched on
 2 threads and 2,929 q/s one query per call; bm25s held to the same contract 3,195 and 2,385.
 bm25s' bare `retrieve` was faster (4,894 q/s float64, 10,595 float32, batched) but ranked only
-14 of the 1,000 rows as rank_bm25 does. `SEARCH_PATH` names the path queries take.
+14 of the 1,000 rows as rank_bm25 does. Both read every posting of every query term; the default path,
+`rollout.retrieval.bm25_pruned`, skips the passages that cannot enter the top k and answers the same.
+`SEARCH_PATH` names the path queries take.
 
 The kernels are compiled with `cache=True`, and `PostingsIndex.warm_up` runs them on the
 index's own arrays, so an index that reports itself loaded answers its first query without
@@ -22,46 +24,23 @@ arrays are a type of their own), and a warm-up on stand-in arrays would compile 
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
-from rollout.paths import default_cache_dir
+from rollout.retrieval.bm25_pruned import BLOCK, MARGIN, ScoreBounds, pruned_kernel
+from rollout.retrieval.numba_cache import use_project_numba_cache
 
-logger = logging.getLogger(__name__)
 
-SEARCH_PATH = "postings"
-"""Which kernel answers queries: "postings" (ours) or "bm25s" (bm25s' retrieval); see the module docstring."""
+SEARCH_PATH = "pruned"
+"""Which kernel answers queries: "pruned" (ours with dynamic pruning, `retriever.sparse.pruning=on`), "postings"
+(ours, every posting: `pruning=off`) or "bm25s" (bm25s' retrieval); see the module docstring."""
 _EXTRA = 8
 """How many more than k bm25s is asked for: room for the passages tied at the k-th score."""
 _FLOAT = np.dtype(np.float64)
 _INT = np.dtype(np.int32)
 """bm25s' kernel returns int32 rows (it caps corpora at 2**31 passages)."""
-
-
-def _use_project_numba_cache() -> None:
-    """Keep compiled kernels under the project's cache dir when the packages' own dirs are read-only.
-
-    numba caches next to a function's source file, else in a per-user dir of its own; a
-    deployment with read-only site-packages then finds them under `default_cache_dir()/numba`.
-    An explicit NUMBA_CACHE_DIR is left alone.
-    """
-    import bm25s.numba
-    import numba
-
-    if numba.config.CACHE_DIR:
-        return
-    sources = (Path(bm25s.numba.__file__).parent / "__pycache__", Path(__file__).parent / "__pycache__")
-    if all(os.access(source if source.exists() else source.parent, os.W_OK) for source in sources):
-        return
-    cache_dir = default_cache_dir() / "numba"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    numba.config.CACHE_DIR = str(cache_dir)
-    logger.debug("numba kernels cached under %s (package dirs are read-only)", cache_dir)
 
 
 @functools.cache
@@ -76,7 +55,7 @@ def retrieve_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     import numba
     from bm25s.numba import retrieve_utils
 
-    _use_project_numba_cache()
+    use_project_numba_cache()
     return numba.njit(cache=True, nogil=True)(retrieve_utils._retrieve_internal_jitted)
 
 
@@ -90,7 +69,7 @@ def postings_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     """
     import numba
 
-    _use_project_numba_cache()
+    use_project_numba_cache()
 
     @numba.njit(cache=True, nogil=True)
     def top_k_postings(
@@ -161,33 +140,53 @@ def postings_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
 class PostingsIndex:
     """bm25s' score matrix in CSC form: column t holds the rows and scores of term t's postings."""
 
-    def __init__(self, data: np.ndarray, doc_ids: np.ndarray, indptr: np.ndarray, num_passages: int) -> None:
+    def __init__(self, data: np.ndarray, doc_ids: np.ndarray, indptr: np.ndarray, num_passages: int,
+                 bounds: ScoreBounds | None = None, path: str = SEARCH_PATH) -> None:
         # Plain ndarray views of the (memory-mapped) arrays: np.memmap's Python-level indexing
         # hooks cost more than the lookups themselves, and numba types them alike.
         self.data = np.asarray(data)
         self.doc_ids = np.asarray(doc_ids)
         self.indptr = np.asarray(indptr)
         self.num_passages = int(num_passages)
+        self.bounds = bounds
+        """The score bounds the pruned path needs; without them queries read every posting."""
+        self.path = path if bounds is not None or path != "pruned" else "postings"
         # Corpus-sized score arrays, all zero between searches; one per search in flight (the
         # gateway searches from several threads, and the kernel releases the GIL).
         self._free_buffers: list[np.ndarray] = []
         self._buffers_lock = threading.Lock()
 
-    def warm_up(self, path: str = SEARCH_PATH) -> None:
-        """Compile (or read from the disk cache) the kernels `path` runs, for this index's array types."""
+    def warm_up(self, path: str | None = None) -> None:
+        """Compile (or read from the disk cache) the kernels `path` (by default the index's) runs, for this index's
+        array types."""
+        path = path or self.path
         term = [np.zeros(1, dtype=np.int64)]  # the build refuses a corpus without terms
-        self.postings_top_k(term, 1)
+        self.postings_top_k(term, 1)  # the other paths fall back on it
         if path == "bm25s":
             self.bm25s_top_k(term, 1)
+        if path == "pruned":
+            self.pruned_top_k(term, 1)
 
     def top_k(self, queries: Sequence[np.ndarray], take: int) -> tuple[np.ndarray, np.ndarray]:
         """The `take` best rows (int64, -1 pads) and float64 scores (-inf pads) per query of term ids.
 
-        Best first, ties to the lower row, only passages scoring above 0; through `SEARCH_PATH`.
+        Best first, ties to the lower row, only passages scoring above 0; through the index's `path`.
         """
-        if SEARCH_PATH == "bm25s":
+        if self.path == "bm25s":
             return self.bm25s_top_k(queries, take)
+        if self.path == "pruned":
+            return self.pruned_top_k(queries, take)
         return self.postings_top_k(queries, take)
+
+    def pruned_top_k(self, queries: Sequence[np.ndarray], take: int) -> tuple[np.ndarray, np.ndarray]:
+        """`top_k` through the pruned kernel (`rollout.retrieval.bm25_pruned`): the same answer, fewer postings."""
+        if self.bounds is None:
+            raise ValueError("the pruned BM25 path needs the index's score bounds")
+        terms, pointers = _flat(queries)
+        b = self.bounds
+        return pruned_kernel()(terms, pointers, self.indptr, self.doc_ids, self.data, np.asarray(b.term_max),
+                               np.asarray(b.block_ptr), np.asarray(b.block_last), np.asarray(b.block_max), take,
+                               BLOCK, MARGIN)
 
     def bm25s_top_k(self, queries: Sequence[np.ndarray], take: int) -> tuple[np.ndarray, np.ndarray]:
         """`top_k` through bm25s' kernel, re-ranked so ties go to the lower row.
@@ -221,9 +220,7 @@ class PostingsIndex:
 
     def postings_top_k(self, queries: Sequence[np.ndarray], take: int) -> tuple[np.ndarray, np.ndarray]:
         """`top_k` through our postings kernel: one call for the batch, ties resolved inside."""
-        pointers = np.zeros(len(queries) + 1, dtype=np.int64)
-        np.cumsum([len(q) for q in queries], out=pointers[1:])
-        terms = np.concatenate(queries).astype(np.int64, copy=False) if queries else np.empty(0, dtype=np.int64)
+        terms, pointers = _flat(queries)
         with self._buffers_lock:
             buffer = self._free_buffers.pop() if self._free_buffers else np.zeros(self.num_passages)
         rows, scores = postings_kernel()(terms, pointers, self.indptr, self.doc_ids, self.data, buffer, take)
@@ -233,3 +230,11 @@ class PostingsIndex:
         return rows, scores
 
 
+
+
+def _flat(queries: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of queries as one int64 array of term ids and the offsets where each query starts."""
+    pointers = np.zeros(len(queries) + 1, dtype=np.int64)
+    np.cumsum([len(q) for q in queries], out=pointers[1:])
+    terms = np.concatenate(queries).astype(np.int64, copy=False) if queries else np.empty(0, dtype=np.int64)
+    return terms, pointers

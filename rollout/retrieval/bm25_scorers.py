@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -14,13 +15,13 @@ from rank_bm25 import BM25Okapi
 
 from rollout.errors import RetrievalError
 from rollout.retrieval.bm25_kernels import PostingsIndex
+from rollout.retrieval.bm25_pruned import SCORE_MATRIX_FILES, ScoreBounds, compute_bounds, load_bounds
 from rollout.retrieval.params import SparseParams
 
 _VOCAB = "vocab.json"
 _TOKEN_IDS = "token_ids.npy"
 _OFFSETS = "offsets.npy"
-_BM25S_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy", "vocab.index.json",
-                 "params.index.json")
+_BM25S_FILES = (*SCORE_MATRIX_FILES, "vocab.index.json", "params.index.json")
 """The files `bm25s.BM25.save` writes."""
 
 
@@ -47,11 +48,12 @@ class Bm25sScorer:
 
     parallel = True
 
-    def __init__(self, model: bm25s.BM25) -> None:
+    def __init__(self, model: bm25s.BM25, bounds: ScoreBounds | None = None) -> None:
+        """`bounds` (of the model's score matrix) let queries skip passages: `retriever.sparse.pruning=on`."""
         self._model = model
         self._vocab: dict[str, int] = model.vocab_dict
         self.postings = PostingsIndex(model.scores["data"], model.scores["indices"], model.scores["indptr"],
-                                      model.scores["num_docs"])
+                                      model.scores["num_docs"], bounds, "pruned" if bounds is not None else "postings")
         self.num_passages = self.postings.num_passages
 
     @classmethod
@@ -60,9 +62,10 @@ class Bm25sScorer:
         ids = [[vocab.setdefault(token, len(vocab)) for token in doc] for doc in corpus]
         # float64 scores make the sums the same as rank_bm25's to the last bit or two, so
         # near-ties rank alike in both backends.
-        model = bm25s.BM25(k1=params.k1, b=params.b, method="atire", idf_method="robertson", dtype="float64")
+        model = bm25s.BM25(k1=params.k1, b=params.b, method="atire", idf_method=params.method, dtype="float64")
         model.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), create_empty_token=False, show_progress=False)
-        scorer = cls(model)
+        s = model.scores
+        scorer = cls(model, compute_bounds(s["indptr"], s["indices"], s["data"]) if params.pruning == "on" else None)
         scorer.postings.warm_up()
         return scorer
 
@@ -76,15 +79,17 @@ class Bm25sScorer:
                 f"cannot read the bm25s index at {path} ({e}); delete the directory and rebuild it"
             ) from e
         stored = (model.method, model.idf_method, float(model.k1), float(model.b))
-        if stored != ("atire", "robertson", params.k1, params.b):
+        if stored != ("atire", params.method, params.k1, params.b):
             raise RetrievalError(
-                f"bm25s files at {path} hold method/idf/k1/b {stored}, meta.json says k1={params.k1}, b={params.b}; "
+                f"bm25s files at {path} hold method/idf/k1/b {stored}, meta.json says idf {params.method}, "
+                f"k1={params.k1}, b={params.b}; "
                 "delete the directory and rebuild the index"
             )
-        scorer = cls(model)
         if _stamps(path) != _read_checked(path):
-            scorer._check(path)
+            cls(model)._check(path)
             _write_checked(path)
+        s = model.scores
+        scorer = cls(model, load_bounds(path, s["indptr"], s["indices"], s["data"]) if params.pruning == "on" else None)
         # Ready means ready: the first query must not wait seconds for a compile.
         scorer.postings.warm_up()
         return scorer
@@ -146,6 +151,15 @@ def _write_checked(path: Path) -> None:
         pass
 
 
+class LuceneIdfOkapi(BM25Okapi):
+    """rank_bm25's Okapi BM25 with Lucene's idf, log(1 + (N - df + 0.5) / (df + 0.5)), never 0 (`method=lucene`):
+    bm25s' `method="atire", idf_method="lucene"`."""
+
+    def _calc_idf(self, nd: dict[str, int]) -> None:
+        for word, freq in nd.items():
+            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
+
+
 class RankBm25Scorer:
     """rank_bm25's BM25Okapi, kept beside the token ids it was built from (for `save`)."""
 
@@ -161,7 +175,8 @@ class RankBm25Scorer:
         # epsilon=0: rank_bm25's default floors the idf of a word found in more than half the
         # passages at 0.25 x the mean idf, a rule bm25s has no equivalent of. With 0 such words
         # score 0, exactly like bm25s' "robertson" idf, so the two backends agree.
-        self._bm25 = BM25Okapi(corpus, k1=params.k1, b=params.b, epsilon=0.0)
+        okapi = LuceneIdfOkapi if params.method == "lucene" else BM25Okapi
+        self._bm25 = okapi(corpus, k1=params.k1, b=params.b, epsilon=0.0)
 
     @classmethod
     def build(cls, corpus: list[list[str]], params: SparseParams) -> RankBm25Scorer:

@@ -11,7 +11,8 @@ answer (normalised), and recall is not defined.
 
 Where qrels are known (TREC qrels files as `qrels.<name>=PATH`, or questions carrying BrowseComp-Plus'
 `metadata.evidence_doc_ids`), each retriever's documents are also written as a TREC run file, run.<retriever>.trec
-(`trec.depth` documents per query, passages ranked up to their documents by their best score), and scored against
+(`trec.depth` documents per query asked, fewer where the retriever matches fewer: the table, the JSON and a warning
+say how many it holds; passages ranked up to their documents by their best score), and scored against
 each qrels as `trec_eval -c` scores it (`rollout.retrieval.trec`): a second table, and a `trec` object in each
 retriever's row of retrieval_eval.json. `trec.run_file=true|false` forces it on or off.
 """
@@ -46,8 +47,9 @@ from rollout.report.browsecomp_leaderboard import doc_ids
 from rollout.report.metrics import normalize_answer
 from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
 from rollout.retrieval.document_run import document_run
-from rollout.retrieval.trec import (BROWSECOMP_PLUS_MEASURES, Measure, Qrels, TrecScores, binary_qrels, read_qrels,
-                                    write_qrels, write_run)
+from rollout.retrieval.params import SparseParams
+from rollout.retrieval.trec import (BROWSECOMP_PLUS_MEASURES, Measure, Qrels, RunDepth, TrecScores, binary_qrels,
+                                    read_qrels, write_qrels, write_run)
 from rollout.retrieval.trec import evaluate as trec_evaluate
 from rollout.run.dataset import DatasetConfig, prepare_data
 
@@ -146,17 +148,19 @@ class RetrieverTrec:
     run_file: Path
     """run.<retriever>.trec in the output folder."""
     depth: int
-    """Documents per query in the run file (fewer where the retriever found fewer)."""
+    """Documents per query asked for (`trec.depth`); `held` says how many the run file holds."""
     tag: str
     """The run file's last column."""
     scores: dict[str, TrecScores]
     """Qrels name (`evidence`, `gold`, ...) -> the run's measures against it."""
+    held: RunDepth
+    """The documents per query the run file holds: fewer than `depth` where the retriever matched fewer."""
 
     def to_json(self, qrels_files: dict[str, Path]) -> dict[str, Any]:
         """The `trec` object of the retriever's row in retrieval_eval.json; `leaderboard` names each number as
         BrowseComp-Plus' retrieval leaderboard does ("Evidence Recall@5", "Gold nDCG@10")."""
         return {
-            "run_file": self.run_file.name, "depth": self.depth, "tag": self.tag,
+            "run_file": self.run_file.name, "depth": self.depth, "held": self.held.to_json(), "tag": self.tag,
             "qrels": {name: {"file": qrels_files[name].name, "queries": s.queries, "missing": s.missing, **s.mean}
                       for name, s in self.scores.items()},
             "leaderboard": {f"{name.title()} {m}": v for name, s in self.scores.items() for m, v in s.mean.items()},
@@ -196,9 +200,24 @@ def trec_runs(retrievers: dict[str, Retriever], questions: Sequence[Question], p
         run = document_run(retriever, ids, texts, passages, depth)
         tag = f"rollout-{name}"
         path = write_run(out_dir / f"run.{name}.trec", run, tag)
+        held = RunDepth.of(run, depth)
+        if held.short_queries:
+            logger.warning("%s: %d of %d queries hold fewer than the %d documents asked (%.1f on average, at least "
+                           "%d): %s", path.name, held.short_queries, held.queries, depth, held.mean, held.least,
+                           _why_short(retriever, len(passages), depth))
         rows.append(RetrieverTrec(name, path, depth, tag,
-                                  {q: trec_evaluate(run, judged, measures) for q, judged in qrels.items()}))
+                                  {q: trec_evaluate(run, judged, measures) for q, judged in qrels.items()}, held))
     return rows
+
+
+def _why_short(retriever: Retriever, passages: int, depth: int) -> str:
+    """Why a run holds fewer documents than asked, with the setting that changes it where one does."""
+    why = [f"the corpus holds {passages} passages"] if passages < depth else []
+    params = getattr(retriever, "params", None)
+    if isinstance(params, SparseParams) and params.index_path is None and params.method == "robertson":
+        why.append("BM25 returns only documents sharing a word with the query, and its robertson idf gives words in "
+                   "over half the passages no weight: retriever.sparse.method=lucene (Lucene's idf) counts them")
+    return "; ".join(why) or "the retriever matched no more documents"
 
 
 def print_trec_table(rows: Sequence[RetrieverTrec], console: Console | None = None) -> None:
@@ -208,15 +227,17 @@ def print_trec_table(rows: Sequence[RetrieverTrec], console: Console | None = No
         return
     if rows[0].scores:  # no qrels: only the run files are named
         names = list(next(iter(rows[0].scores.values())).mean)
-        table = Table(title=f"TREC run files · {rows[0].depth} documents per query · as trec_eval -c",
+        table = Table(title=f"TREC run files · asked {rows[0].depth} documents per query · as trec_eval -c",
                       title_justify="left")
-        for header in ("retriever", "qrels", "queries", *names):
+        for header in ("retriever", "qrels", "queries", "held", *names):
             table.add_column(header, justify="left" if header in ("retriever", "qrels") else "right")
         for r in rows:
             for qrels_name, s in r.scores.items():
-                table.add_row(r.retriever, qrels_name, str(s.queries), *[f"{s.mean[m]:.4f}" for m in names])
+                table.add_row(r.retriever, qrels_name, str(s.queries), r.held.brief(),
+                              *[f"{s.mean[m]:.4f}" for m in names])
         console.print(table)
-    console.print(f"Run files: {', '.join(r.run_file.name for r in rows)}", markup=False, highlight=False)
+    console.print(f"Run files: {', '.join(f'{r.run_file.name} ({r.held.describe()})' for r in rows)}", markup=False,
+                  highlight=False)
 
 
 def print_table(rows: Sequence[RetrieverScores], console: Console | None = None) -> None:

@@ -48,6 +48,13 @@ def check_dense_source(params: DenseParams) -> None:
         )
 
 
+def check_pruning(pruning: object) -> None:
+    """One error naming the choices for `retriever.sparse.pruning`."""
+    if pruning not in ("on", "off"):
+        raise RetrievalError(f"retriever.sparse.pruning={pruning!r}: use on (skip passages that cannot enter the top "
+                             "k) or off (score every posting); the results are the same")
+
+
 DENSE_INDEX_KINDS: tuple[str, ...] = ("flat", "hnsw", "ivf")
 """Values of `retriever.dense.index`."""
 
@@ -78,6 +85,19 @@ def check_passages(params: DenseParams) -> None:
                              "retriever.dense.passage_tokens=null")
 
 
+SPARSE_METHODS: tuple[str, ...] = ("robertson", "lucene")
+"""`retriever.sparse.method` choices: the idf of the built-in BM25."""
+
+
+def check_sparse_method(method: object) -> None:
+    """One error naming the choices for an unknown `retriever.sparse.method`."""
+    if method not in SPARSE_METHODS:
+        raise RetrievalError(
+            f"retriever.sparse.method={method!r} is not a BM25 idf; use robertson (rank_bm25's, 0 for words in over "
+            "half the passages) or lucene (Lucene's and Pyserini's, never 0)"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SparseParams:
     """BM25 settings; both backends give the same scores for the same settings."""
@@ -86,6 +106,12 @@ class SparseParams:
     """`bm25s` (fast, default) or `rank_bm25` (the reference implementation)."""
     k1: float = 1.5
     b: float = 0.75
+    method: Literal["robertson", "lucene"] = "robertson"
+    """The built-in BM25's idf (one of `SPARSE_METHODS`): `robertson`, max(0, log((N - df + 0.5) / (df + 0.5))), 0 for
+    a word in more than half the passages; `lucene`, log(1 + (N - df + 0.5) / (df + 0.5)), never 0 (Lucene's
+    BM25Similarity, Pyserini's). Both keep Okapi's (k1 + 1) in the tf part, which scales every score alike. With
+    `index_path` it does not apply: Lucene scores with its own idf. Part of the index's cache key and the run's
+    identity."""
     stopwords: bool = True
     """Drop English stopwords when tokenizing."""
     stemming: bool = False
@@ -95,6 +121,9 @@ class SparseParams:
     build_memory_mb: int = 2048
     """What building the index may hold in memory, the building process and its tokenizing workers together
     (`rollout.retrieval.bm25_build`); changes no score."""
+    pruning: Literal["on", "off"] = "on"
+    """`on`: skip the passages that cannot enter the top k (`rollout.retrieval.bm25_pruned`); `off`: score every
+    posting of every query term. The same hits and scores either way; speed only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +226,8 @@ class RetrievalParams:
         params = cls(**parts)
         if params.sparse.backend not in ("bm25s", "rank_bm25"):
             raise RetrievalError(f"retriever.sparse.backend={params.sparse.backend!r}: use bm25s or rank_bm25")
+        check_sparse_method(params.sparse.method)
+        check_pruning(params.sparse.pruning)
         check_encoder_backend(params.dense.backend)
         check_dense_index(params.dense.index)
         check_pooling(params.dense.pooling)

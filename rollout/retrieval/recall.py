@@ -6,7 +6,7 @@ are scored with Okapi BM25 whose document frequencies are taken over those chunk
 first up to `max_tokens` tokens of the given tokenizer (`rollout.retrieval.token_count`), the chunk that
 crosses the budget cut where a token ends. Without a query the chunks keep the order given.
 
-The IDF here is Lucene's, ln(1 + (N - df + 0.5) / (df + 0.5)), not the index's Robertson IDF: over a
+The IDF here is Lucene's, ln(1 + (N - df + 0.5) / (df + 0.5)), whatever the index's (`retriever.sparse.method`): over a
 handful of chunks a term in most of them would get a zero or negative weight, and re-ranking a few
 chunks needs every shared word to count.
 """

@@ -10,7 +10,9 @@ rank_bm25's `BM25Okapi(epsilon=0)` defines it:
                   / (tf(t, d) + k1 * (1 - b + b * len(d) / avg_len))
     idf(t) = max(0, log((N - df(t) + 0.5) / (df(t) + 0.5)))
 
-which is bm25s' `method="atire", idf_method="robertson"`. Ranking happens in float64 with
+which is bm25s' `method="atire", idf_method="robertson"`. `retriever.sparse.method=lucene` takes Lucene's idf
+instead, log(1 + (N - df(t) + 0.5) / (df(t) + 0.5)), never 0 (bm25s' `idf_method="lucene"`, rank_bm25's Okapi with
+that idf), and keeps the tf part above. Ranking happens in float64 with
 ties going to the lower row, so both backends return the same passages in the same order.
 """
 
@@ -22,7 +24,7 @@ import logging
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from rollout.records import Passage
 from rollout.retrieval.base import Hits, check_k, empty_hits, read_index_meta
 from rollout.retrieval.bm25_build import ChunkTokenizer, build_bm25s_files
 from rollout.retrieval.bm25_scorers import SCORERS, Scorer
-from rollout.retrieval.params import SparseParams
+from rollout.retrieval.params import SparseParams, check_pruning, check_sparse_method
 from rollout.retrieval.tokenizer import TOKENIZER_VERSION, tokenize_batch
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ BACKENDS: tuple[str, ...] = ("bm25s", "rank_bm25")
 _FORMAT = "rollout-bm25"
 _FORMAT_VERSION = 2
 _META = "meta.json"
-_QUERIES_PER_THREAD = 32
+_QUERIES_PER_THREAD = 8
 """A batch gets a thread per core once each thread has at least this many queries."""
 
 
@@ -52,7 +54,7 @@ class BM25Retriever:
     """Okapi BM25 over `tokenize(passage.contents)`, scored by the backend `params` name.
 
     Only passages scoring above 0 are returned: one sharing no word with the query (or only
-    words in more than half the corpus, whose idf is 0) is no match, and ranking it would credit
+    words in more than half the corpus, whose robertson idf is 0) is no match, and ranking it would credit
     hit@k and recall for row order. A row therefore holds fewer than k passages, padded with
     `PAD_INDEX` / `PAD_SCORE`, when fewer match; a query of stopwords or unknown words gets none.
     """
@@ -174,6 +176,9 @@ class BM25Retriever:
         """
         path = Path(path)
         saved, num_passages = _read_meta(path)
+        if params is not None:
+            # How queries are answered is the caller's to choose; what the index holds is the saved files'.
+            saved = replace(saved, pruning=_checked(params).pruning)
         if params is not None and _index_shape(_checked(params)) != _index_shape(saved):
             raise RetrievalError(
                 f"BM25 index at {path} was built with {saved}, not {params}; "
@@ -189,13 +194,16 @@ class BM25Retriever:
         return cls(scorer, saved)
 
 
-_NOT_IN_INDEX = ("index_path", "build_memory_mb")
+_NOT_IN_INDEX = ("index_path", "build_memory_mb", "pruning")
 """Settings that shape no stored BM25 index: left out of its cache key, so caches built before they existed hold."""
 
 
 def _index_shape(params: SparseParams) -> dict[str, Any]:
-    """The settings a stored index was built with (backend, k1, b, tokenizing)."""
-    return {k: v for k, v in asdict(params).items() if k not in _NOT_IN_INDEX}
+    """The settings a stored index was built with (backend, k1, b, idf method, tokenizing)."""
+    shape = {k: v for k, v in asdict(params).items() if k not in _NOT_IN_INDEX}
+    if shape["method"] == "robertson":  # only when not the first idf: keys of indexes built before it stay valid
+        del shape["method"]
+    return shape
 
 
 def _checked(params: SparseParams) -> SparseParams:
@@ -208,18 +216,22 @@ def _checked(params: SparseParams) -> SparseParams:
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 64:
         raise RetrievalError(f"retriever.sparse.build_memory_mb={memory!r}: give the megabytes a BM25 build may hold, "
                              "at least 64 (default 2048)")
+    check_pruning(params.pruning)
     if params.k1 < 0 or not 0.0 <= params.b <= 1.0:
         raise RetrievalError(
             f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={params.k1}, b={params.b}; the usual values are 1.5 and 0.75"
         )
+    check_sparse_method(params.method)
     return SparseParams(
         backend=params.backend,
         k1=float(params.k1),
         b=float(params.b),
+        method=params.method,
         stopwords=bool(params.stopwords),
         stemming=bool(params.stemming),
         index_path=params.index_path,
         build_memory_mb=memory,
+        pruning=params.pruning,
     )
 
 

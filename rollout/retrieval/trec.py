@@ -139,6 +139,47 @@ def _check_field(value: str, what: str, where: str) -> None:
                         f"whitespace; give ids without spaces")
 
 
+@dataclass(frozen=True, slots=True)
+class RunDepth:
+    """How many documents a run holds per query, against the depth asked. A TREC run file has no header to say it
+    (trec_eval reads every line as a document), so the tables and JSON that name a run file say it instead."""
+
+    asked: int
+    """Documents per query asked for (`trec.depth`)."""
+    queries: int
+    """Queries in the run, those holding no document included."""
+    mean: float
+    """Documents held per query, on average over `queries`."""
+    least: int
+    """The fewest documents any query holds."""
+    most: int
+    """The most documents any query holds."""
+    short_queries: int
+    """Queries holding fewer than `asked`: the retriever matched fewer documents, or the corpus holds fewer."""
+
+    @classmethod
+    def of(cls, run: Mapping[str, Mapping[str, float]], asked: int) -> RunDepth:
+        held = [len(docs) for docs in run.values()]
+        return cls(asked, len(held), math.fsum(held) / len(held) if held else 0.0, min(held, default=0),
+                   max(held, default=0), sum(1 for n in held if n < asked))
+
+    def describe(self) -> str:
+        """`asked 1000 documents per query, held 1000`, or where some queries hold fewer
+        `asked 1000 documents per query, held 10.5 on average, at least 3`."""
+        asked = f"asked {self.asked} documents per query"
+        if not self.short_queries:
+            return f"{asked}, held {self.least}"
+        return f"{asked}, held {self.mean:.1f} on average, at least {self.least}"
+
+    def brief(self) -> str:
+        """The held depth for a table cell: `1000`, or `10.5 avg, min 3`."""
+        return str(self.least) if not self.short_queries else f"{self.mean:.1f} avg, min {self.least}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The `held` object beside a run file's `depth` (the depth asked) in retrieval_eval.json."""
+        return {"mean": self.mean, "least": self.least, "most": self.most, "short_queries": self.short_queries}
+
+
 def write_run(path: Path | str, run: Mapping[str, Mapping[str, float]], tag: str) -> Path:
     """The run as a TREC run file, each query's documents in trec_eval's order with ranks from 1.
 

@@ -87,7 +87,7 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
 RECORDED_LATER: dict[str, Any] = {
     "gateway.default_max_docs": 10, "dataset.corpus.extensions": [".md", ".txt"], "llm.context_window": None,
     "agent.text_tool_calls": "refuse", "agent.tool_choice": "auto", "agent.tokenizer": None, "agent.answer_tag": None,
-    "retriever.sparse.index_path": None,
+    "retriever.sparse.index_path": None, "retriever.sparse.method": "robertson",
     "retriever.dense.pooling": None, "retriever.dense.tevatron_shards": None,
     "dataset.qrels.evidence": None, "dataset.qrels.gold": None, "retriever.dense.passage_tokens": None,
     "retriever.dense.passage_overlap": 0, "retriever.snippet.tokenizer": None, "retriever.snippet.max_tokens": 512,

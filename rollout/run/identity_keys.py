@@ -24,7 +24,7 @@ IDENTITY_ROOTS = (
 NOT_IDENTITY = (
     "dataset.name", "dataset.limit", "dataset.questions.skip_bad_lines", "retriever.kind",
     "retriever.dense.batch_size", "retriever.dense.max_query_batch", "retriever.dense.batch_wait_ms",
-    "retriever.sparse.build_memory_mb", "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
+    "retriever.sparse.build_memory_mb", "retriever.sparse.pruning", "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
     "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
 )
 """Keys under an identity root that change only speed, cost accounting or retries, or that name the run

@@ -163,8 +163,10 @@ MUTANTS: tuple[Mutant, ...] = (
                     "(not the default path; bench/retrieval.py measures it)."),
     Mutant("rank-bm25-zero-scores-kept", SCORERS, "rows = np.flatnonzero(scores > 0)", "rows = np.flatnonzero(scores >= 0)",
            BM25_TESTS),
-    Mutant("bm25s-lucene-idf", SCORERS, 'method="atire", idf_method="robertson", dtype="float64"',
+    Mutant("bm25s-lucene-idf", SCORERS, 'method="atire", idf_method=params.method, dtype="float64"',
            'method="atire", idf_method="lucene", dtype="float64"', BM25_TESTS),
+    Mutant("bm25-build-idf-ignores-method", BM25_BUILD, "IDF[params.method](n_docs, d)", 'IDF["robertson"](n_docs, d)',
+           ("tests/retrieval/test_bm25_idf.py",)),
     # POST /retrieve.
     Mutant("retrieve-request-beats-pin", RETRIEVE, 'k = route.pins.get("top_k", parsed.topk)',
            'k = parsed.topk if parsed.topk is not None else route.pins.get("top_k")', RETRIEVE_TESTS),

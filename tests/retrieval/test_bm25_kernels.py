@@ -12,6 +12,7 @@ import pytest
 
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, SparseParams, bm25_kernels, tokenize
+from rollout.retrieval import numba_cache as kernel_cache
 from rollout.retrieval.bm25_scorers import Bm25sScorer, RankBm25Scorer
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -117,14 +118,14 @@ def test_read_only_package_dirs_put_the_kernel_cache_under_the_project_cache(
 ) -> None:
     monkeypatch.setattr(numba.config, "CACHE_DIR", "")
     monkeypatch.setenv("ROLLOUT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(bm25_kernels.os, "access", lambda path, mode: False)
-    bm25_kernels._use_project_numba_cache()
+    monkeypatch.setattr(kernel_cache.os, "access", lambda path, mode: False)
+    kernel_cache.use_project_numba_cache()
     assert numba.config.CACHE_DIR == str(tmp_path / "numba") and (tmp_path / "numba").is_dir()
 
 
 def test_an_explicit_numba_cache_dir_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "mine"))
     monkeypatch.setenv("ROLLOUT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(bm25_kernels.os, "access", lambda path, mode: False)
-    bm25_kernels._use_project_numba_cache()
+    monkeypatch.setattr(kernel_cache.os, "access", lambda path, mode: False)
+    kernel_cache.use_project_numba_cache()
     assert numba.config.CACHE_DIR == str(tmp_path / "mine")

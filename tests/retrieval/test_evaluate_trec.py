@@ -157,3 +157,52 @@ def test_browsecomp_plus_as_shipped_scores_as_its_trec_eval_command(tmp_path, ca
         for m in BROWSECOMP_PLUS_MEASURES:
             theirs = sum(v[Measure.parse(m).trec_eval_name] for v in per_query.values()) / len(qrels)
             assert saved["leaderboard"][f"{name.title()} {m}"] == pytest.approx(theirs, abs=1e-12)
+
+
+def test_run_files_state_the_depth_they_hold_not_only_the_depth_asked(tmp_path, cache_dir, capsys, caplog):
+    # BM25 matches a query's documents by their topic words alone: "which", "and", "record" are stopwords or in more
+    # than half the passages (idf 0), so each query holds a few of the 12 documents, far from the 1,000 asked.
+    corpus, qa = write_fixture(tmp_path)
+    out = tmp_path / "out"
+    with caplog.at_level("WARNING", logger="rollout.retrieval.evaluate"):
+        run(overrides(corpus, qa, cache_dir, out))
+    held = [len(docs) for docs in read_run(out / "run.sparse.trec").values()]
+    assert max(held) < 1000
+    saved = json.loads((out / "retrieval_eval.json").read_text())[0]["trec"]
+    assert saved["depth"] == 1000
+    assert saved["held"] == {"mean": pytest.approx(sum(held) / len(held)), "least": min(held), "most": max(held),
+                             "short_queries": len(held)}
+
+    printed = " ".join(capsys.readouterr().out.split())  # rich may wrap the title
+    assert "asked 1000 documents per query" in printed
+    assert "1000 documents per query ·" not in printed.replace("asked 1000", "")  # no bare claim of 1000 held
+    statement = f"asked 1000 documents per query, held {sum(held) / len(held):.1f} on average, at least {min(held)}"
+    assert f"run.sparse.trec ({statement})" in printed
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"run.sparse.trec: {len(held)} of {len(held)} queries hold fewer than the 1000 documents asked" in warning
+    assert "retriever.sparse.method=lucene" in warning  # the idf that gives common words a weight
+
+
+def test_a_run_that_holds_its_depth_says_so_without_a_warning(tmp_path, cache_dir, capsys, caplog):
+    corpus, qa = write_fixture(tmp_path)
+    out = tmp_path / "out"
+    with caplog.at_level("WARNING", logger="rollout.retrieval.evaluate"):
+        run(overrides(corpus, qa, cache_dir, out, "trec.depth=1"))
+    assert json.loads((out / "retrieval_eval.json").read_text())[0]["trec"]["held"] == {
+        "mean": 1.0, "least": 1, "most": 1, "short_queries": 0}
+    assert "run.sparse.trec (asked 1 documents per query, held 1)" in " ".join(capsys.readouterr().out.split())
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_with_lucenes_idf_a_run_holds_every_document_sharing_a_word(tmp_path, cache_dir):
+    # The same queries with Lucene's idf: "record" is in most passages and now counts, so every document that holds
+    # it enters the run, up to all 12.
+    corpus, qa = write_fixture(tmp_path)
+    out = tmp_path / "out"
+    run(overrides(corpus, qa, cache_dir, out, "retriever.sparse.method=lucene"))
+    held = [len(docs) for docs in read_run(out / "run.sparse.trec").values()]
+    texts = [json.loads(line)["text"].split() for line in open(corpus)]
+    assert held == [sum(1 for words in texts if {"record", TOPICS[q], TOPICS[q + 1]} & set(words)) for q in range(8)]
+    assert min(held) > 2 and max(held) == 12
+    saved = json.loads((out / "retrieval_eval.json").read_text())[0]["trec"]
+    assert saved["held"]["least"] == min(held)

@@ -17,6 +17,7 @@ from rollout.errors import DataError
 from rollout.retrieval.trec import (
     BROWSECOMP_PLUS_MEASURES,
     Measure,
+    RunDepth,
     binary_qrels,
     evaluate,
     ndcg_at,
@@ -180,3 +181,15 @@ def test_ids_with_spaces_cannot_be_written(tmp_path):
 def test_an_unknown_measure_names_the_known_ones(name):
     with pytest.raises(DataError, match="Recall@5, Recall@100, Recall@1000, nDCG@10"):
         Measure.parse(name)
+
+
+def test_a_runs_depth_is_what_its_queries_hold():
+    run = {"a": {"d1": 1.0, "d2": 0.5, "d3": 0.1}, "b": {"d1": 2.0}, "c": {}}
+    held = RunDepth.of(run, 3)
+    assert (held.queries, held.least, held.most, held.short_queries) == (3, 0, 3, 2)
+    assert held.mean == pytest.approx(4 / 3)
+    assert held.describe() == "asked 3 documents per query, held 1.3 on average, at least 0"
+    assert held.brief() == "1.3 avg, min 0"
+    full = RunDepth.of({"a": {"d1": 1.0}, "b": {"d2": 1.0}}, 1)
+    assert (full.describe(), full.brief(), full.short_queries) == ("asked 1 documents per query, held 1", "1", 0)
+    assert RunDepth.of({}, 1000).describe() == "asked 1000 documents per query, held 0"

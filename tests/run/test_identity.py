@@ -18,6 +18,7 @@ SMALL_KB = ("dataset.n_passages=300", "dataset.n_questions=30")
 AXES = [
     ((), "agent.top_k=1", "agent.top_k"),
     ((), "retriever.sparse.k1=1.2", "retriever.sparse.k1"),
+    ((), "retriever.sparse.method=lucene", "retriever.sparse.method"),
     ((), "dataset.n_passages=500", "dataset.n_passages"),
     ((), "system_prompt=Answer in one word.", "system_prompt"),
     ((), "repeats=3", "repeats"),
@@ -71,6 +72,19 @@ def test_a_run_recorded_before_the_context_window_and_text_tool_call_settings_st
     parsing = compose_run_config("mode=sparse", "agent=openai", "llm.model=model-a", "agent.text_tool_calls=parse")
     assert RunIdentity(settings=identity_settings(parsing), gateway_file_sha256="g", tools={},
                        dataset={}).differences(then) == ['agent.text_tool_calls: "refuse" → "parse"']
+
+
+def test_a_run_recorded_before_the_bm25_idf_setting_still_resumes():
+    # Those runs scored with Robertson's idf: retriever.sparse.method=robertson now.
+    now = RunIdentity(settings=identity_settings(compose_run_config("mode=sparse")), gateway_file_sha256="g",
+                      tools={}, dataset={})
+    assert now.settings["retriever.sparse.method"] == "robertson"
+    then = RunIdentity(settings={k: v for k, v in now.settings.items() if k != "retriever.sparse.method"},
+                       gateway_file_sha256="g", tools={}, dataset={})
+    assert now.differences(then) == []
+    lucene = compose_run_config("mode=sparse", "retriever.sparse.method=lucene")
+    assert RunIdentity(settings=identity_settings(lucene), gateway_file_sha256="g", tools={},
+                       dataset={}).differences(then) == ['retriever.sparse.method: "robertson" → "lucene"']
 
 
 @pytest.mark.parametrize("agent", [("agent=openai", "llm.model=model-a"), (), ("agent=search_r1", "llm.model=m")],
