@@ -63,6 +63,7 @@ def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
     call, so no node needs the driver's copy of the file.
     """
     import time
+    from dataclasses import replace
 
     from rollout.data import open_corpus
     from rollout.paths import default_cache_dir
@@ -73,9 +74,33 @@ def prebuild_indexes(argv: list[str], retrieval: dict[str, Any]) -> float:
     requires = plan_gateway(load_gateway_file(args.config)).requires
     if requires:
         cache_dir = args.cache_dir or default_cache_dir()
+        params = RetrievalParams.from_dict(retrieval)
+        # Built and mapped here; dense shards for Serve are deployed after this (`served_dense_folder`).
+        local = replace(params, dense=replace(params.dense, serve=False))
         load_or_build_indexes(open_corpus(corpus_of(args, cache_dir), cache_dir), cache_dir, which=requires,
-                              params=RetrievalParams.from_dict(retrieval))
+                              params=local)
     return time.perf_counter() - started
+
+
+def served_dense_folder(argv: list[str], retrieval: dict[str, Any]) -> str | None:
+    """With `retriever.dense.serve=true` and a gateway file that searches the dense index: the cache entry of its
+    shards (built or found, as `prebuild_indexes` does), for the run to deploy; else None. Run as a Ray task."""
+    from dataclasses import replace
+
+    from rollout.data import open_corpus
+    from rollout.paths import default_cache_dir
+    from rollout.retrieval import load_or_build_indexes
+
+    params = RetrievalParams.from_dict(retrieval)
+    args = build_parser().parse_args(argv)
+    if not params.dense.serve or not {"dense", "hybrid"} & set(plan_gateway(load_gateway_file(args.config)).requires):
+        return None
+    cache_dir = args.cache_dir or default_cache_dir()
+    local = replace(params, dense=replace(params.dense, serve=False))  # the entry, mapped here, not served
+    dense = load_or_build_indexes(open_corpus(corpus_of(args, cache_dir), cache_dir), cache_dir, which=["dense"],
+                                  params=local)["dense"]
+    dense.close()
+    return str(dense.folder)
 
 
 class GatewayReplica:

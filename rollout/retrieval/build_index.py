@@ -7,7 +7,8 @@ store (`rollout.data.corpus_store`) here; then the dense index is encoded by Ray
 `build.gpus_per_encoder`) and assembled here, and BM25's tokenizing runs as Ray tasks (`rollout.retrieval.ray_build`).
 The console reads as a run's: Ray's lines in the one format (`rollout.run.ray_console`), and a line on how far the
 encoding is (`rollout.retrieval.encode_progress`). Each index lands in the cache under the key a run computes, so
-`python -m rollout ... cache_dir=SAME` loads it instead of building. `retriever.kind` picks the indexes (all, dense,
+`python -m rollout ... cache_dir=SAME` loads it instead of building (with `retriever.dense.shards=S`, the S shards of
+the dense index, `rollout.retrieval.dense_shards`). `retriever.kind` picks the indexes (all, dense,
 sparse; hybrid needs both). The cache directory must be a file system every node shares.
 """
 

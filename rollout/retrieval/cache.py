@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,13 +17,20 @@ from rollout.cache_folder import discard, remove_abandoned, temp_dir_for, writes
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
-from rollout.retrieval.dense import DenseRetriever
+from rollout.retrieval.dense import DenseRetriever, encode_corpus
+from rollout.retrieval.dense_shards import (
+    ShardedDenseRetriever,
+    build_shards_into,
+    check_shard_count,
+    load_shards,
+    split_index_into,
+)
 from rollout.retrieval.doc_passages import BestPassageRetriever, passage_view
 from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.retrieval.hybrid import HybridRetriever
 from rollout.retrieval.lucene import LuceneRetriever, corpus_rows_of
 from rollout.retrieval.params import DenseParams, RetrievalParams, check_dense_source
-from rollout.retrieval.ray_build import RayBuild, build_dense_on_ray, ray_tokenizer
+from rollout.retrieval.ray_build import RayBuild, build_dense_on_ray, build_shards_on_ray, ray_tokenizer
 from rollout.retrieval.sparse import BM25Retriever
 from rollout.retrieval.tevatron_shards import (
     check_cached_width,
@@ -40,7 +48,7 @@ INDEX_KINDS: tuple[str, ...] = ("dense", "sparse", "hybrid")
 _CACHE_VERSION = 2
 _INFO = "cache_info.json"
 
-_R = TypeVar("_R", DenseRetriever, BM25Retriever)
+_R = TypeVar("_R", DenseRetriever, ShardedDenseRetriever, BM25Retriever)
 
 
 def corpus_fingerprint(passages: Sequence[Passage]) -> str:
@@ -180,7 +188,9 @@ def _dense(
     encoder: TextEncoder,
     corpus_path: str | Path | None,
     on_ray: RayBuild | None = None,
-) -> DenseRetriever:
+) -> DenseRetriever | ShardedDenseRetriever:
+    if params.shards > 1 or params.serve:
+        return _dense_sharded(passages, cache_dir, corpus_hash, params, encoder, corpus_path, on_ray)
     if params.index_path is not None:
         started = time.perf_counter()
         retriever = DenseRetriever.from_existing_index(
@@ -203,6 +213,80 @@ def _dense(
         build_into=None if on_ray is None else (
             lambda path: build_dense_on_ray(passages, encoder, params, cache_dir, path, on_ray)),
         load=lambda path: DenseRetriever.load(path, encoder=encoder, params=params),
+    )
+
+
+def _dense_sharded(
+    passages: Sequence[Passage],
+    cache_dir: Path,
+    corpus_hash: str,
+    params: DenseParams,
+    encoder: TextEncoder,
+    corpus_path: str | Path | None,
+    on_ray: RayBuild | None,
+) -> ShardedDenseRetriever:
+    """The index in `params.shards` row ranges (`rollout.retrieval.dense_shards`), cached: built from the corpus
+    (on Ray with `on_ray`), or split once from the index that `index_path` or `tevatron_shards` names."""
+    check_shard_count(params.shards, len(passages))
+    whole = replace(params, shards=1, serve=False)
+    load = lambda path: load_shards(path, encoder=encoder, params=params)  # noqa: E731
+    sharded = _dense_shards_entry(passages, cache_dir, corpus_hash, params, encoder, corpus_path, on_ray, whole, load)
+    if not params.serve:
+        return sharded
+    from rollout.retrieval.dense_serve import served_shards  # here: it imports Ray Serve, which a gateway may lack
+
+    sharded.close()  # the shards were only mapped; Serve's replicas search them
+    assert sharded.folder is not None
+    return served_shards(sharded.folder, encoder=encoder, params=params)
+
+
+def _dense_shards_entry(
+    passages: Sequence[Passage],
+    cache_dir: Path,
+    corpus_hash: str,
+    params: DenseParams,
+    encoder: TextEncoder,
+    corpus_path: str | Path | None,
+    on_ray: RayBuild | None,
+    whole: DenseParams,
+    load: Callable[[Path], ShardedDenseRetriever],
+) -> ShardedDenseRetriever:
+    """The sharded index's cache entry, loaded or made (see `_dense_sharded`)."""
+    if params.index_path is not None or params.tevatron_shards is not None:
+        if params.index_path is not None:
+            source = Path(params.index_path)
+            if not source.is_file():
+                raise RetrievalError(f"no faiss index file at {source}; fix retriever.dense.index_path, or unset it to "
+                                     "build a dense index from the corpus")
+            st = source.stat()  # the file's identity, as for Tevatron's shards: its content is not read at every start
+            key_params: dict[str, Any] = {"index_path": [str(source.resolve()), st.st_size, st.st_mtime_ns]}
+        else:
+            source = Path(params.tevatron_shards)
+            key_params = shards_cache_params(shard_paths(params.tevatron_shards))
+        key_params = {**key_params, "shards": params.shards}
+
+        def split(path: Path) -> ShardedDenseRetriever:
+            retriever = _dense(passages, cache_dir, corpus_hash, whole, encoder, corpus_path)
+            assert isinstance(retriever, DenseRetriever)
+            return split_index_into(path, retriever.faiss_index, str(source), encoder=encoder, params=params)
+
+        return _load_or_build(
+            cache_dir / f"dense-split{params.shards}-{cache_key('dense', corpus_hash, key_params)[:16]}",
+            "dense", key_params, len(passages), build_into=split, load=load,
+            rows_are_passages=params.tevatron_shards is None,
+        )
+    key_params = {**dense_cache_params(params, encoder), "shards": params.shards}
+
+    def build_into(path: Path) -> ShardedDenseRetriever:
+        if on_ray is not None:
+            return build_shards_on_ray(passages, encoder, params, cache_dir, path, on_ray)
+        vectors = encode_corpus(passages, encoder)
+        return build_shards_into(path, lambda start, stop: vectors[start:stop], len(passages), encoder=encoder,
+                                 params=params)
+
+    return _load_or_build(
+        cache_dir / f"dense-{params.index}-s{params.shards}-{cache_key('dense', corpus_hash, key_params)[:16]}",
+        "dense", key_params, len(passages), build_into=build_into, load=load,
     )
 
 

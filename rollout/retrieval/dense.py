@@ -96,18 +96,8 @@ class DenseRetriever:
         cls, passages: Sequence[Passage], *, encoder: TextEncoder, params: DenseParams = _DEFAULT_PARAMS
     ) -> DenseRetriever:
         """Encode every passage's contents (title and text) and index the vectors."""
-        if len(passages) == 0:
-            raise RetrievalError("cannot build a dense index over an empty corpus; pass at least one passage")
         started = time.perf_counter()
-        vectors = encoder.encode_passages(
-            [p.contents for p in passages],
-            show_progress=len(passages) >= _PROGRESS_MIN_PASSAGES and library_progress_bars_on(),
-        )
-        if vectors.shape != (len(passages), encoder.dimension):
-            raise RetrievalError(
-                f"encoder {encoder.model_id!r} returned shape {vectors.shape} for {len(passages)} passages; "
-                f"expected ({len(passages)}, {encoder.dimension})"
-            )
+        vectors = encode_corpus(passages, encoder)
         encoded = time.perf_counter()
         retriever = cls.from_vectors(vectors, encoder=encoder, params=params)
         logger.debug(
@@ -187,6 +177,11 @@ class DenseRetriever:
     @property
     def num_passages(self) -> int:
         return int(self._index.ntotal)
+
+    @property
+    def faiss_index(self) -> faiss.Index:
+        """The faiss index searched (memory-mapped when loaded from a file), e.g. to split it into shards."""
+        return self._index
 
     @property
     def dimension(self) -> int:
@@ -321,6 +316,22 @@ class DenseRetriever:
                 f"{meta.get('num_passages')} {meta.get('dimension')}-d ones; delete it and rebuild"
             )
         return cls(index, encoder, **search_settings(params))
+
+
+def encode_corpus(passages: Sequence[Passage], encoder: TextEncoder) -> np.ndarray:
+    """Every passage's contents (title and text) as one unit row, in passage order."""
+    if len(passages) == 0:
+        raise RetrievalError("cannot build a dense index over an empty corpus; pass at least one passage")
+    vectors = encoder.encode_passages(
+        [p.contents for p in passages],
+        show_progress=len(passages) >= _PROGRESS_MIN_PASSAGES and library_progress_bars_on(),
+    )
+    if vectors.shape != (len(passages), encoder.dimension):
+        raise RetrievalError(
+            f"encoder {encoder.model_id!r} returned shape {vectors.shape} for {len(passages)} passages; "
+            f"expected ({len(passages)}, {encoder.dimension})"
+        )
+    return vectors
 
 
 def search_settings(params: DenseParams) -> dict[str, Any]:

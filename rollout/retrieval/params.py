@@ -48,6 +48,30 @@ def check_dense_source(params: DenseParams) -> None:
         )
 
 
+def check_dense_shards(params: DenseParams) -> None:
+    """One error naming the fix for a `retriever.dense.shards` that is not a positive integer, or Serve settings
+    out of range."""
+    shards = params.shards
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise RetrievalError(f"retriever.dense.shards={shards!r} must be a positive integer: 1 serves the dense index "
+                             "whole, S > 1 splits it into S row ranges")
+    replicas, cpus = params.serve_replicas, params.serve_cpus
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise RetrievalError(f"retriever.dense.serve_replicas={replicas!r} must be a positive integer (replicas of "
+                             "each shard's Ray Serve deployment)")
+    if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 <= cpus < float("inf"):
+        raise RetrievalError(f"retriever.dense.serve_cpus={cpus!r} must be a non-negative number of CPUs")
+    timeout = params.serve_timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise RetrievalError(f"retriever.dense.serve_timeout_s={timeout!r} must be a positive number of seconds")
+    if not isinstance(params.serve, bool):
+        raise RetrievalError(f"retriever.dense.serve={params.serve!r}: use true or false")
+    if params.serve and params.passage_tokens is not None:
+        raise RetrievalError("retriever.dense.serve=true serves an index of corpus rows, and retriever.dense."
+                             "passage_tokens cuts them into passages; set retriever.dense.passage_tokens=null, or "
+                             "retriever.dense.serve=false")
+
+
 def check_pruning(pruning: object) -> None:
     """One error naming the choices for `retriever.sparse.pruning`."""
     if pruning not in ("on", "off"):
@@ -175,6 +199,21 @@ class DenseParams:
     """Most concurrent queries encoded together and searched in one faiss call; 1 = each alone. Speed only."""
     batch_wait_ms: float = 2.0
     """Longest the batcher waits for the queries it expects (as many as its last batch held). Speed only."""
+    shards: int = 1
+    """S > 1 splits the index into S contiguous row ranges, each its own faiss index, searched side by side and
+    merged exactly (`rollout.retrieval.dense_shards`). A flat index answers as unsharded; an HNSW or IVF index is
+    built per shard, so its approximation (and the run's identity) changes with S."""
+    serve: bool = False
+    """Serve each shard as its own Ray Serve deployment (`rollout.retrieval.dense_serve`), placed across the
+    cluster's nodes, instead of searching the shards in the gateway's process; for gateways on Ray Serve
+    (`gateway.replicas` > 1). Layout only: the same hits and scores."""
+    serve_replicas: int = 1
+    """Replicas of each shard's deployment (more for throughput)."""
+    serve_cpus: float = 1.0
+    """CPUs each shard replica reserves on its node."""
+    serve_timeout_s: float = 60.0
+    """Longest a search waits for a shard's answer; a shard whose replica is down (Serve holds its requests until it
+    has restarted one) fails the search as unavailable after this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +272,7 @@ class RetrievalParams:
         check_pooling(params.dense.pooling)
         check_dense_source(params.dense)
         check_passages(params.dense)
+        check_dense_shards(params.dense)
         if isinstance(params.snippet.max_tokens, bool) or not isinstance(params.snippet.max_tokens, int) \
                 or params.snippet.max_tokens < 1:
             raise RetrievalError(f"retriever.snippet.max_tokens={params.snippet.max_tokens!r} must be a positive "

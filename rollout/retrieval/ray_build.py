@@ -7,7 +7,8 @@ and the vectors are the same), maps them over `encoders` actors (each with `gpus
 each actor writes its shards' vectors as `.npy` files into a folder of the cache, while a log line says how far the
 encoding is (`rollout.retrieval.encode_progress`). `assemble_dense` then adds the shards in row order to a flat or
 HNSW index, or trains an IVF (IVF-PQ) index on the sample a local build would draw and adds them. `ray_tokenizer` hands BM25's chunks to Ray tasks and gets them back in order for
-`rollout.retrieval.bm25_build` to merge.
+`rollout.retrieval.bm25_build` to merge. With `retriever.dense.shards=S`, `build_shards_on_ray` builds the S shard
+indexes (`rollout.retrieval.dense_shards`) from the encoded files instead, each from its own rows.
 
 Every node reads the corpus store and writes shards under the cache directory: on a cluster it must be a shared
 file system (the same path on every node). The run that follows, with the same cache, finds the indexes built.
@@ -32,6 +33,7 @@ from rollout.records import Passage
 from rollout.retrieval.bm25_build import ChunkTokenizer, TokenizedChunk, tokenize_store_rows
 from rollout.retrieval.dense import DenseRetriever, search_settings
 from rollout.retrieval.dense_ivf import new_ivf, sample_rows, train_ivf
+from rollout.retrieval.dense_shards import ShardedDenseRetriever, build_shards_into
 from rollout.retrieval.encode_progress import EncodeProgress
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.params import DenseParams, SparseParams
@@ -169,6 +171,31 @@ def build_dense_on_ray(passages: Sequence[Passage], encoder: TextEncoder, params
     shutil.rmtree(shard_dir, ignore_errors=True)
     logger.info("Dense index on Ray: encoded in %.1f s, assembled in %.1f s", encoded - started,
                 time.perf_counter() - encoded)
+    return retriever
+
+
+def build_shards_on_ray(passages: Sequence[Passage], encoder: TextEncoder, params: DenseParams, cache_dir: Path,
+                        path: Path, settings: RayBuild) -> ShardedDenseRetriever:
+    """Encode on Ray, then build the `params.shards` shard indexes here, each over its rows of the encoded files
+    (the shards a local build makes of the same vectors), into `path`; the encoded files are deleted after."""
+    started = time.perf_counter()
+    shard_dir = Path(cache_dir) / f"shards-{path.name.split('-', 3)[-1]}"
+    files = encode_on_ray(passages, params, cache_dir, shard_dir, settings)
+    encoded = time.perf_counter()
+    parts = [np.load(f, mmap_mode="r", allow_pickle=False) for f in files]
+    starts = np.cumsum([0] + [len(part) for part in parts])
+
+    def rows_of(start: int, stop: int) -> np.ndarray:
+        first = int(np.searchsorted(starts, start, side="right")) - 1
+        last = int(np.searchsorted(starts, stop, side="left"))
+        pieces = [parts[i][max(start, starts[i]) - starts[i]:min(stop, starts[i + 1]) - starts[i]]
+                  for i in range(first, last)]
+        return np.concatenate(pieces).astype(np.float32, copy=False)
+
+    retriever = build_shards_into(path, rows_of, int(starts[-1]), encoder=encoder, params=params)
+    shutil.rmtree(shard_dir, ignore_errors=True)
+    logger.info("Dense index in %d shards on Ray: encoded in %.1f s, built in %.1f s", params.shards,
+                encoded - started, time.perf_counter() - encoded)
     return retriever
 
 

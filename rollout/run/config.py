@@ -17,7 +17,7 @@ from rollout.logs import parse_verbose
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
 from rollout.run.dataset import DatasetConfig
-from rollout.run.identity_keys import identity_overrides, run_suffix
+from rollout.run.identity_keys import identity_overrides, run_suffix, shards_change_results
 from rollout.run.sweep_folders import folder_parts
 from rollout.wire import MAX_DOCS_PER_CALL
 
@@ -148,7 +148,7 @@ class RunConfig:
                 tokenizer=c.get("tokenizer"),
                 llm=c.get("llm"),
                 judge=c.get("judge"),
-                overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"])),
+                overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"], c.get("retriever"))),
                 scorers=_scorers(c.get("scoring")),
             )
         except TypeError as e:
@@ -163,6 +163,10 @@ class RunConfig:
                               "gateway.default_max_docs=10")
         if run.gateway.replicas < 1:
             raise ConfigError(f"gateway.replicas={run.gateway.replicas} must be at least 1")
+        if run.retriever.dense.serve and run.gateway.replicas < 2:
+            raise ConfigError("retriever.dense.serve=true deploys the dense shards on Ray Serve beside gateway "
+                              "replicas on Ray Serve: set gateway.replicas=2 or more (with ray.address=auto on a "
+                              "cluster), or retriever.dense.serve=false to search the shards in the gateway's process")
         if run.gateway.replicas > 1 and run.gateway.url:
             raise ConfigError("gateway.replicas applies to a gateway the run starts, and gateway.url names one "
                               "already running: drop one of the two")
@@ -222,15 +226,17 @@ def _job_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
-def _job_identity_overrides(agent: Any, gateway_config_path: Any = None) -> list[str]:
-    """The job's identity overrides; `llm.*` count when the agent or the gateway file's step tools use the LLM."""
+def _job_identity_overrides(agent: Any, gateway_config_path: Any = None, retriever: Any = None) -> list[str]:
+    """The job's identity overrides; `llm.*` count when the agent or the gateway file's step tools use the LLM,
+    `retriever.dense.shards` when the dense index is approximate (`shards_change_results`)."""
     uses_llm = isinstance(agent, dict | DictConfig) and "llm" in agent
     if not uses_llm and gateway_config_path:
         try:
             uses_llm = load_gateway_file(resolve_project_path(str(gateway_config_path))).uses_step_llm
         except ConfigError:
             pass  # a missing or bad gateway file is reported when the run starts, with its fix
-    return identity_overrides(_job_overrides(), uses_llm=uses_llm)
+    dense = retriever.get("dense") if isinstance(retriever, dict | DictConfig) else None
+    return identity_overrides(_job_overrides(), uses_llm=uses_llm, shards_count=shards_change_results(dense))
 
 
 def _run_suffix_resolver(*, _root_: DictConfig) -> str:
@@ -240,7 +246,8 @@ def _run_suffix_resolver(*, _root_: DictConfig) -> str:
     must name exactly the identity overrides, which are prefix rules and depend on the agent (`llm.*`);
     in a sweep, only those of the keys it varies (`rollout.run.sweep_folders`).
     """
-    return run_suffix(folder_parts(_job_identity_overrides(_root_.get("agent"), _root_.get("gateway_config_path"))))
+    return run_suffix(folder_parts(_job_identity_overrides(_root_.get("agent"), _root_.get("gateway_config_path"),
+                                                           _root_.get("retriever"))))
 
 
 OmegaConf.register_new_resolver("run_suffix", _run_suffix_resolver, replace=True)

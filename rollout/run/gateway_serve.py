@@ -13,13 +13,19 @@ import logging
 import socket
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import ray
 
 from rollout.errors import ConfigError, GatewayError
-from rollout.gateway.serve_replica import check_replicable, gateway_application, prebuild_indexes
+from rollout.gateway.serve_replica import (
+    check_replicable,
+    gateway_application,
+    prebuild_indexes,
+    served_dense_folder,
+)
 from rollout.logs import adopt_serve_logger
 from rollout.run.gateway_process import health_url
 from rollout.wire import auth_headers, resolve_token
@@ -53,6 +59,8 @@ class ServeGateway:
         self.url: str | None = None
         self._started_serve = False
         self._deployed = False
+        self._shard_apps: list[str] = []
+        """The dense shard applications this run deployed (`retriever.dense.serve=true`), deleted at its end."""
 
     def __enter__(self) -> ServeGateway:
         check_replicable(self.args)
@@ -76,12 +84,29 @@ class ServeGateway:
         self._started_serve = not _serve_running()
         serve.start(proxy_location="HeadOnly", http_options={"host": self.host, "port": _free_port(self.host)},
                     logging_config=SERVE_LOGGING)
+        self._deploy_dense_shards()
         application = gateway_application(self.args, self.retrieval, replicas=self.replicas,
                                           replica_cpus=self.replica_cpus, autoscaling=self.autoscaling)
         serve._run(application, name=self.app_name, route_prefix=f"/{self.app_name}", _blocking=False,
                    logging_config=SERVE_LOGGING)
         self._deployed = True
         logger.info("Deploying %d gateway replicas on Ray Serve as %s", self.replicas, self.app_name)
+
+    def _deploy_dense_shards(self) -> None:
+        """With `retriever.dense.serve=true`: each dense shard its own Serve application, running before the gateway
+        replicas load (they search through them). Applications another run deployed first are used, not owned."""
+        from rollout.retrieval.dense_serve import deploy_shards
+        from rollout.retrieval.params import RetrievalParams
+
+        folder = ray.get(ray.remote(num_cpus=0)(served_dense_folder).remote(self.args, self.retrieval))
+        if folder is None:
+            return
+        from ray import serve
+
+        running = set(serve.status().applications)
+        names = deploy_shards(Path(folder), RetrievalParams.from_dict(self.retrieval).dense)
+        self._shard_apps = [name for name in names if name not in running]
+        logger.debug("dense shard applications %s (deployed here: %s)", names, self._shard_apps)
 
     def wait_ready(self) -> str:
         """The MCP URL once Serve reports the application running and the gateway answers its health check."""
@@ -106,6 +131,11 @@ class ServeGateway:
                 serve.delete(self.app_name)
             except Exception as e:  # the cluster may be going away under us; the ledgers are complete line by line
                 logger.warning("Could not delete the Serve application %s: %s", self.app_name, e)
+        if self._shard_apps:
+            from rollout.retrieval.dense_serve import delete_shards
+
+            delete_shards(self._shard_apps)
+            self._shard_apps = []
         if self._started_serve:
             self._started_serve = False
             serve.shutdown()

@@ -27,7 +27,15 @@ from rollout.agents.chat_template import load_chat_template
 from rollout.cache_folder import writes_cache
 from rollout.run.config import RunConfig
 from rollout.run.dataset import PreparedData
-from rollout.run.identity_keys import DEMO_ONLY, HASH_CHARS, is_identity_key, is_under, sha256_hex
+from rollout.run.identity_keys import (
+    DEMO_ONLY,
+    HASH_CHARS,
+    SHARDS_KEY,
+    is_identity_key,
+    is_under,
+    sha256_hex,
+    shards_change_results,
+)
 from rollout.run_folder import spec_name
 
 
@@ -81,7 +89,10 @@ def identity_settings(cfg: RunConfig) -> dict[str, Any]:
     else:  # the generator's settings decide the content; the (empty) file specs do not
         flat = {k: v for k, v in flat.items() if not is_under(k, ("dataset.corpus", "dataset.questions"))}
     uses_llm = isinstance(llm, Mapping)
-    return {k: flat[k] for k in sorted(flat) if is_identity_key(k, uses_llm=uses_llm)}
+    keep = {k for k in flat if is_identity_key(k, uses_llm=uses_llm)}
+    if shards_change_results(tree["retriever"]["dense"]):
+        keep.add(SHARDS_KEY)
+    return {k: flat[k] for k in sorted(keep)}
 
 
 RECORDED_LATER: dict[str, Any] = {
@@ -91,6 +102,7 @@ RECORDED_LATER: dict[str, Any] = {
     "retriever.dense.pooling": None, "retriever.dense.tevatron_shards": None,
     "dataset.qrels.evidence": None, "dataset.qrels.gold": None, "retriever.dense.passage_tokens": None,
     "retriever.dense.passage_overlap": 0, "retriever.snippet.tokenizer": None, "retriever.snippet.max_tokens": 512,
+    SHARDS_KEY: 1,
 }
 """Identity keys a run records since they became settings, with the value every run had before: a folder written
 then still resumes. The values are history, not today's defaults, so they never follow a change of default."""

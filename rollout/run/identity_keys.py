@@ -24,11 +24,25 @@ IDENTITY_ROOTS = (
 NOT_IDENTITY = (
     "dataset.name", "dataset.limit", "dataset.questions.skip_bad_lines", "retriever.kind",
     "retriever.dense.batch_size", "retriever.dense.max_query_batch", "retriever.dense.batch_wait_ms",
+    "retriever.dense.shards", "retriever.dense.serve", "retriever.dense.serve_replicas", "retriever.dense.serve_cpus",
+    "retriever.dense.serve_timeout_s",
     "retriever.sparse.build_memory_mb", "retriever.sparse.pruning", "llm.api_key_env", "llm.timeout_s", "llm.max_retries", "llm.prices",
     "agent.llm", "agent.backoff_base_s", "agent.backoff_max_s", "agent.retry_after_max_s",
 )
 """Keys under an identity root that change only speed, cost accounting or retries, or that name the run
 (`dataset.questions.skip_bad_lines` changes which questions there are, and the questions' hash records that)."""
+
+SHARDS_KEY = "retriever.dense.shards"
+"""A serving layout for a flat index (its shards answer exactly as the whole index), so left out of the identity
+there; an HNSW or IVF index is built per shard, whose approximation changes with the count: part of it then."""
+
+
+def shards_change_results(dense: object) -> bool:
+    """Whether `retriever.dense.shards` can change results: for a `retriever.dense` section of another index
+    kind than flat."""
+    get = getattr(dense, "get", None)
+    return get is not None and get("index", "flat") != "flat"
+
 
 _IN_PATH_ALREADY = ("mode", "mode_name", "dataset", "experiment", "retriever")
 """Overrides the default folder already shows (`mode`, `dataset` via the experiment) or that select only
@@ -83,15 +97,16 @@ def question_set_name(path: str | None, *, hf_name: str | None = None, hf_config
     return _short_value(name)
 
 
-def identity_overrides(overrides: Iterable[str], *, uses_llm: bool) -> list[str]:
-    """The overrides (`key=value`, in the given order) that change the run's identity, as folder-safe parts."""
+def identity_overrides(overrides: Iterable[str], *, uses_llm: bool, shards_count: bool = False) -> list[str]:
+    """The overrides (`key=value`, in the given order) that change the run's identity, as folder-safe parts;
+    `retriever.dense.shards` among them with `shards_count` (`shards_change_results`)."""
     parts = []
     for override in overrides:
         key, sep, value = str(override).partition("=")
         key = key.lstrip("+~")
         if not sep or key in _IN_PATH_ALREADY:
             continue
-        if is_identity_key(key, uses_llm=uses_llm):
+        if is_identity_key(key, uses_llm=uses_llm) or (shards_count and key == SHARDS_KEY):
             parts.append(f"{key}={_short_value(value)}")
     return parts
 

@@ -31,7 +31,9 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.tool_params import KBDefault
 from rollout.gateway.tools.documents import kb_of, text_result
+from rollout.gateway.upstream import error_result
 from rollout.records import Passage
+from rollout.retrieval.dense_shards import ShardUnavailable
 from rollout.retrieval.token_count import TokenCounter
 
 Query = Annotated[str, Field(description="The search query")]
@@ -135,6 +137,8 @@ def search_tool(kind: str, name: str) -> ToolFn:
             result = snippet_search(kb_of(ctx), kind, query, k)
         except ValueError as e:
             raise ToolError(str(e)) from e
+        except ShardUnavailable as e:  # a dense shard on Ray Serve is down: the infrastructure failed, not the agent
+            return error_result(str(e), outcome="upstream_unavailable")
         # What BrowseComp-Plus' server answers: the hits as a JSON list (FastMCP's rendering of a list result).
         hits = [{"docid": hit.doc_id, "score": hit.score, "snippet": hit.snippet} for hit in result.results]
         return text_result(json.dumps(hits, ensure_ascii=False, indent=2), result)

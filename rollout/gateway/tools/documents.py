@@ -19,6 +19,8 @@ from pydantic import BaseModel, Field
 from rollout.gateway.knowledge import DocumentSearchResult, KnowledgeBase, RecallResult
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.tool_params import KBDefault
+from rollout.gateway.upstream import error_result
+from rollout.retrieval.dense_shards import ShardUnavailable
 
 Query = Annotated[str, Field(description="What to search for: a question, keywords or a name")]
 MaxFiles = Annotated[int, Field(description="How many documents to return, 1 to 50")]
@@ -64,6 +66,8 @@ def search_tool(kind: str) -> ToolFn:
             return kb_of(ctx).search_documents(query, max_files, kind=kind)
         except ValueError as e:
             raise ToolError(str(e)) from e
+        except ShardUnavailable as e:  # a dense shard on Ray Serve is down: the infrastructure failed, not the agent
+            return error_result(str(e), outcome="upstream_unavailable")
 
     search_documents.__doc__ = f"""[Document Search] List the documents most relevant to a query, without their text.
 
@@ -83,6 +87,8 @@ def recall_tool(kind: str) -> ToolFn:
             result = kb_of(ctx).recall_documents(query, max_tokens, doc_ids, kind=kind)
         except ValueError as e:
             raise ToolError(str(e)) from e
+        except ShardUnavailable as e:  # a dense shard on Ray Serve is down: the infrastructure failed, not the agent
+            return error_result(str(e), outcome="upstream_unavailable")
         return text_result(result.render(), result)
 
     recall_documents.__doc__ = f"""[Recall] Read the passages most relevant to a query, best first, within a token budget.

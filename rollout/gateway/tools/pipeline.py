@@ -37,6 +37,7 @@ from rollout.gateway.toolsets import toolset_scope_of
 from rollout.gateway.upstream import error_result
 from rollout.gateway_file import FILTER_GROUP, GENERATE_GROUP, VISUALIZE_GROUP
 from rollout.relevance_view import RelevanceRow, render_relevance
+from rollout.retrieval.dense_shards import ShardUnavailable
 from rollout.retrieval.recall import bm25_scores
 
 Query = Annotated[str, Field(description="The question or search words")]
@@ -118,14 +119,14 @@ def _task(ctx: Context) -> Any:
 
 
 def _as_tool_error(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """`fn`'s result; bad arguments become a tool error for the agent, and a failed LLM endpoint an error marked
-    `upstream_unavailable`: the tool could not do its work, so the task is recorded as an infrastructure failure,
-    not as answered without it."""
+    """`fn`'s result; bad arguments become a tool error for the agent, and a failed LLM endpoint (or a dense shard
+    on Ray Serve that is down) an error marked `upstream_unavailable`: the tool could not do its work, so the task is
+    recorded as an infrastructure failure, not as answered without it."""
     try:
         return fn(*args, **kwargs)
     except ValueError as e:
         raise ToolError(str(e)) from e
-    except EndpointFailed as e:
+    except (EndpointFailed, ShardUnavailable) as e:  # an LLM endpoint, or a dense shard on Ray Serve, is down
         return error_result(str(e), outcome="upstream_unavailable")
 
 

@@ -6,11 +6,14 @@ from typing import Annotated
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult
 from pydantic import Field
 
 from rollout.gateway.knowledge import KnowledgeBase, SearchResult
 from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.tool_params import KBDefault
+from rollout.gateway.upstream import error_result
+from rollout.retrieval.dense_shards import ShardUnavailable
 
 Query = Annotated[str, Field(description="What to search for: a question, keywords or a name")]
 # A plain integer with a default (not `int | None`): strict function-calling clients refuse a property without a
@@ -19,12 +22,14 @@ TopK = Annotated[int, Field(description="How many passages to return")]
 TOP_K_DEFAULT = KBDefault("default_top_k")
 
 
-def _search(ctx: Context, kind: str, query: str, top_k: int) -> SearchResult:
+def _search(ctx: Context, kind: str, query: str, top_k: int) -> SearchResult | CallToolResult:
     kb: KnowledgeBase = ctx.request_context.lifespan_context.kb
     try:
         return kb.search(kind, query, top_k)
     except ValueError as e:
         raise ToolError(str(e)) from e
+    except ShardUnavailable as e:  # a dense shard on Ray Serve is down: the infrastructure failed, not the agent
+        return error_result(str(e), outcome="upstream_unavailable")
 
 
 def query_knowledge_base_dense(query: Query, ctx: Context, top_k: TopK = TOP_K_DEFAULT) -> SearchResult:
