@@ -55,6 +55,25 @@ _READ_FLAGS: tuple[int, ...] = tuple(
 )
 
 
+def search_text(index: Any, queries: Sequence[str], k: int) -> Hits:
+    """A dense index's text search (`DenseRetriever`'s, or its shards'): the queries encoded in one batch and searched
+    by `index.search_vectors`, or handed to the index's query batcher when it has one."""
+    check_k(k)
+    if isinstance(queries, str):
+        raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
+    if index.encoder is None:
+        raise RetrievalError(
+            "this dense index has no encoder, so it cannot encode text queries; pass encoder= when "
+            "building or loading it, or call search_vectors with precomputed query vectors"
+        )
+    if len(queries) == 0:
+        return empty_hits(0, k)
+    batcher = index._batcher
+    if batcher is not None:
+        return batcher.search(queries, k)
+    return index.search_vectors(index.encoder.encode_queries(list(queries)), k)
+
+
 class DenseRetriever:
     """Cosine search over pre-encoded passages; text queries are encoded on the fly.
 
@@ -234,20 +253,7 @@ class DenseRetriever:
 
         With batching, concurrent calls share that encode and search; each gets its own rows.
         """
-        check_k(k)
-        if isinstance(queries, str):
-            raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-        if self.encoder is None:
-            raise RetrievalError(
-                "this dense index has no encoder, so it cannot encode text queries; pass encoder= when "
-                "building or loading it, or call search_vectors with precomputed query vectors"
-            )
-        if len(queries) == 0:
-            return empty_hits(0, k)
-        batcher = self._batcher
-        if batcher is not None:
-            return batcher.search(queries, k)
-        return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
+        return search_text(self, queries, k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
         """Rank passages for precomputed query vectors (float32 (n, dimension), unit rows)."""

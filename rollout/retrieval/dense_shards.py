@@ -31,7 +31,7 @@ import numpy as np
 from rollout.errors import RetrievalError
 from rollout.retrieval.base import PAD_INDEX, Hits, check_k, empty_hits, read_index_meta
 from rollout.retrieval.batching import BatchSettings, QueryBatcher
-from rollout.retrieval.dense import DenseRetriever, search_settings
+from rollout.retrieval.dense import DenseRetriever, search_settings, search_text
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.params import DenseParams
 
@@ -155,17 +155,7 @@ class ShardedDenseRetriever:
 
     def search(self, queries: Sequence[str], k: int) -> Hits:
         """Encode all queries in one batch, ask every shard for its top k, merge."""
-        check_k(k)
-        if isinstance(queries, str):
-            raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-        if self.encoder is None:
-            raise RetrievalError("this sharded dense index has no encoder; call search_vectors with query vectors")
-        if len(queries) == 0:
-            return empty_hits(0, k)
-        batcher = self._batcher
-        if batcher is not None:
-            return batcher.search(queries, k)
-        return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
+        return search_text(self, queries, k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
         """Every shard's top k for the query vectors, merged; a shard that fails fails the whole search."""
