@@ -69,28 +69,31 @@ def test_encoders_follow_the_cluster_and_a_gpu_build_without_gpus_says_so(caplog
 
 @pytest.mark.slow
 def test_build_index_on_two_nodes_caches_what_a_run_would_build(two_nodes, tmp_path, caplog):
+    # The dense index in two shards: the encoding on the cluster's actors, then the shards written from it.
     cache = tmp_path / "ray-cache"
     overrides = [f"ray.address={two_nodes.address}", f"cache_dir={cache}", "dataset.n_passages=400",
-                 "dataset.n_questions=40", "build.rows_per_shard=128", "build.encoders=2"]
+                 "dataset.n_questions=40", "build.rows_per_shard=128", "build.encoders=2", "retriever.dense.shards=2"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("build_index", overrides=overrides)
     with caplog.at_level(logging.INFO):
         entries = build_indexes(cfg)
     assert sorted(e.name.split("-")[0] for e in entries) == ["dense", "sparse"]
+    assert any(e.name.startswith("dense-flat-s2-") for e in entries)
     assert "4 shards of 128 (4 to do) on 2 encoder actor(s)" in caplog.text
-    assert not list(cache.glob("shards-*")), "the shards are deleted once the index is saved"
+    assert "Dense index in 2 shards on Ray" in caplog.text
+    assert not list(cache.glob("shards-*")), "the encoded vectors are deleted once the shards are written"
 
-    # A run's own build, in a cache of its own, finds the same entries; both rank alike.
+    # A run's own build, in a cache of its own and in one piece, ranks alike; a run with the same settings finds
+    # what build-index wrote.
     corpus = ensure_demo_kb(cache, n_passages=400, n_questions=40).corpus_path
     local_cache = tmp_path / "local-cache"
-    params = RetrievalParams()
-    local = load_or_build_indexes(load_corpus(corpus), local_cache, which=["dense", "sparse"], params=params)
-    assert sorted(p.name for p in local_cache.iterdir() if p.name.startswith(("dense-", "sparse-"))) == sorted(
-        e.name for e in entries)
+    local = load_or_build_indexes(load_corpus(corpus), local_cache, which=["dense", "sparse"],
+                                  params=RetrievalParams())
+    sharded = RetrievalParams.from_dict({"dense": {"shards": 2}})
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="rollout.retrieval.cache"):
-        built = load_or_build_indexes(open_corpus(corpus, cache), cache, which=["dense", "sparse"], params=params,
-                                      encoder=load_encoder(params.dense, cache_dir=cache))
+        built = load_or_build_indexes(open_corpus(corpus, cache), cache, which=["dense", "sparse"], params=sharded,
+                                      encoder=load_encoder(sharded.dense, cache_dir=cache))
     assert "building" not in caplog.text  # found in the cache build-index filled
     for kind in ("dense", "sparse"):
         ours, theirs = built[kind].search(QUERIES, 10), local[kind].search(QUERIES, 10)

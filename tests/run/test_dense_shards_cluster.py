@@ -1,5 +1,5 @@
-"""Dense shards on a two-node Ray cluster (one machine): `rollout build-index` writes them where a run finds them,
-and a run with `retriever.dense.serve=true` searches each shard through its own Ray Serve application.
+"""Dense shards on a two-node Ray cluster (one machine): a run with `retriever.dense.serve=true` searches each shard
+through its own Ray Serve application (`rollout build-index` writing them: tests/retrieval/test_ray_build.py).
 
 The Serve scenario is one test, since each run deploys gateway replicas and shard applications: the shards land on
 both nodes; a shard replica killed mid-run fails the calls that needed it as `upstream_unavailable` (tasks recorded
@@ -9,20 +9,15 @@ runs those tasks again, and every call of the finished run returned exactly what
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from rollout.data import ensure_demo_kb, open_corpus
 from rollout.errors import ConfigError
-from rollout.paths import CONF_DIR
 from rollout.retrieval import RetrievalParams, load_or_build_indexes
-from rollout.retrieval.build_index import build_indexes
 from rollout.retrieval.dense_serve import shard_app_name
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
@@ -30,36 +25,6 @@ from rollout.jsonl import iter_jsonl
 from rollout.run_folder import iter_trajectory, ledger_paths
 from tests.demo_runs import SMALL_KB
 
-QUERIES = ["Veltrix founded", "Kremes Works company", "born city", "ORG-5521"]
-
-
-@pytest.mark.slow
-def test_build_index_writes_the_shards_a_run_loads(two_nodes, cache_dir, caplog):
-    # The session's cache holds the demo corpus and the encoder's export; a passage prefix of its own makes this
-    # index one no other test builds, so it is built here, on the cluster.
-    prefix = "retriever.dense.passage_prefix=sharded"
-    overrides = [f"ray.address={two_nodes.address}", f"cache_dir={cache_dir}", *SMALL_KB, "build.rows_per_shard=128",
-                 "build.encoders=2", "retriever=dense", "retriever.dense.shards=2", prefix]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("build_index", overrides=overrides)
-    before = set(Path(cache_dir).iterdir())
-    with caplog.at_level(logging.INFO):
-        entries = build_indexes(cfg)
-    (built,) = [e for e in entries if e not in before and e.name.startswith("dense-flat-s2-")]
-    assert "on 2 encoder actor(s)" in caplog.text and "Dense index in 2 shards on Ray" in caplog.text
-    assert not list(Path(cache_dir).glob(f"shards-*{built.name.rsplit('-', 1)[-1]}*")), \
-        "the encoded vectors are deleted once the shards are written"
-
-    corpus = open_corpus(ensure_demo_kb(cache_dir, n_passages=400, n_questions=40).corpus_path, cache_dir)
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="rollout.retrieval.cache"):
-        found = load_or_build_indexes(corpus, cache_dir, which=["dense"], params=RetrievalParams.from_dict(
-            {"dense": {"shards": 2, "passage_prefix": "sharded"}}))["dense"]
-    assert f"loaded dense index (400 passages) from {built}" in caplog.text and "building" not in caplog.text
-    whole = load_or_build_indexes(corpus, cache_dir, which=["dense"], params=RetrievalParams.from_dict(
-        {"dense": {"passage_prefix": "sharded"}}))["dense"]
-    ours, theirs = found.search(QUERIES, 10), whole.search(QUERIES, 10)
-    assert np.array_equal(ours.indices, theirs.indices) and np.allclose(ours.scores, theirs.scores, atol=1e-6)
 
 
 def test_serving_shards_needs_gateway_replicas():
