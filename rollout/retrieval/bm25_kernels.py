@@ -161,11 +161,12 @@ class PostingsIndex:
         array types."""
         path = path or self.path
         term = [np.zeros(1, dtype=np.int64)]  # the build refuses a corpus without terms
-        self.postings_top_k(term, 1)  # the other paths fall back on it
-        if path == "bm25s":
-            self.bm25s_top_k(term, 1)
         if path == "pruned":
             self.pruned_top_k(term, 1)
+            return
+        self.postings_top_k(term, 1)  # bm25s' path falls back on it
+        if path == "bm25s":
+            self.bm25s_top_k(term, 1)
 
     def top_k(self, queries: Sequence[np.ndarray], take: int) -> tuple[np.ndarray, np.ndarray]:
         """The `take` best rows (int64, -1 pads) and float64 scores (-inf pads) per query of term ids.

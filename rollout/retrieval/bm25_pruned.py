@@ -141,6 +141,10 @@ def load_bounds(path: Path, indptr: np.ndarray, doc_ids: np.ndarray, data: np.nd
     if os.access(path, os.W_OK):
         write_bounds(path, bounds)
         logger.debug("wrote the BM25 score bounds of %s (%d blocks)", path, len(bounds.block_max))
+    for array in (bounds.term_max, bounds.block_ptr, bounds.block_last, bounds.block_max):
+        # Read-only, as the saved ones are mapped: numba compiles one kernel per array type, and the first load
+        # after a build must use the kernel every later load finds in the disk cache.
+        array.flags.writeable = False
     return bounds
 
 
@@ -150,37 +154,6 @@ def pruned_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     import numba
 
     use_project_numba_cache()
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def worse(score_a: float, row_a: int, score_b: float, row_b: int) -> bool:
-        """Whether hit a ranks below hit b: a lower score, or the same score at a higher row."""
-        return score_a < score_b or (score_a == score_b and row_a > row_b)
-
-    @numba.njit(cache=True, nogil=True)
-    def sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, i: int) -> None:
-        while True:
-            low = i
-            left = 2 * i + 1
-            if left < size and worse(heap_scores[left], heap_rows[left], heap_scores[low], heap_rows[low]):
-                low = left
-            if left + 1 < size and worse(heap_scores[left + 1], heap_rows[left + 1], heap_scores[low],
-                                         heap_rows[low]):
-                low = left + 1
-            if low == i:
-                return
-            heap_scores[i], heap_scores[low] = heap_scores[low], heap_scores[i]
-            heap_rows[i], heap_rows[low] = heap_rows[low], heap_rows[i]
-            i = low
-
-    @numba.njit(cache=True, nogil=True)
-    def sift_up(heap_scores: np.ndarray, heap_rows: np.ndarray, i: int) -> None:
-        while i > 0:
-            parent = (i - 1) // 2
-            if not worse(heap_scores[i], heap_rows[i], heap_scores[parent], heap_rows[parent]):
-                return
-            heap_scores[i], heap_scores[parent] = heap_scores[parent], heap_scores[i]
-            heap_rows[i], heap_rows[parent] = heap_rows[parent], heap_rows[i]
-            i = parent
 
     @numba.njit(cache=True, nogil=True)
     def top_k_pruned(
@@ -322,16 +295,36 @@ def pruned_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
                             pos[i] = lo
                         if pos[i] < end[i] and doc_ids[pos[i]] == doc:
                             score += data[pos[i]]
+                    # A min-heap of the hits held, the worst (lowest score, then highest row) at its root; helpers
+                    # are written out here, as numba caches a kernel on disk only when it calls no closure.
                     if score > 0.0 and (size < k or score > heap_scores[0]):
-                        if size < k:
-                            heap_scores[size] = score
-                            heap_rows[size] = doc
-                            sift_up(heap_scores, heap_rows, size)
+                        if size < k:  # sift up from the end
+                            i = size
                             size += 1
-                        else:
-                            heap_scores[0] = score
-                            heap_rows[0] = doc
-                            sift_down(heap_scores, heap_rows, size, 0)
+                            while i > 0:
+                                parent = (i - 1) // 2
+                                if not (score < heap_scores[parent]
+                                        or (score == heap_scores[parent] and doc > heap_rows[parent])):
+                                    break
+                                heap_scores[i] = heap_scores[parent]
+                                heap_rows[i] = heap_rows[parent]
+                                i = parent
+                        else:  # replace the root, sift down
+                            i = 0
+                            while True:
+                                low = -1
+                                low_score, low_row = score, doc
+                                for child in (2 * i + 1, 2 * i + 2):
+                                    if child < size and (heap_scores[child] < low_score or (
+                                            heap_scores[child] == low_score and heap_rows[child] > low_row)):
+                                        low, low_score, low_row = child, heap_scores[child], heap_rows[child]
+                                if low < 0:
+                                    break
+                                heap_scores[i] = low_score
+                                heap_rows[i] = low_row
+                                i = low
+                        heap_scores[i] = score
+                        heap_rows[i] = doc
                         if size == k and heap_scores[0] > threshold:
                             threshold = heap_scores[0]
                             while essential < m and below[essential + 1] <= threshold:
@@ -341,14 +334,13 @@ def pruned_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray]]:
                     i = order[e]
                     if pos[i] < end[i] and doc_ids[pos[i]] == doc:
                         pos[i] += 1
-            # The heap yields the worst first: fill from the back, so the best comes first.
-            while size > 0:
-                size -= 1
-                out_rows[q, size] = heap_rows[0]
-                out_scores[q, size] = heap_scores[0]
-                heap_scores[0] = heap_scores[size]
-                heap_rows[0] = heap_rows[size]
-                sift_down(heap_scores, heap_rows, size, 0)
+            # Best first, ties to the lower row: by row, then stably by score.
+            by_row = np.argsort(heap_rows[:size])
+            rows, found = heap_rows[:size][by_row], heap_scores[:size][by_row]
+            by_score = np.argsort(-found, kind="mergesort")
+            for r in range(size):
+                out_rows[q, r] = rows[by_score[r]]
+                out_scores[q, r] = found[by_score[r]]
         return out_rows, out_scores
 
     return top_k_pruned

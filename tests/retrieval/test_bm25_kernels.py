@@ -74,10 +74,10 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 from rollout.retrieval import BM25Retriever
-from rollout.retrieval.bm25_kernels import postings_kernel
+from rollout.retrieval.bm25_pruned import pruned_kernel
 
 retriever = BM25Retriever.load(Path(sys.argv[1]))
-kernel = postings_kernel()
+kernel = pruned_kernel()  # the kernel queries take by default
 after_load = [str(s) for s in kernel.signatures]
 stats = kernel.stats
 retriever.search(["amber basalt", "cobalt"], 5)
