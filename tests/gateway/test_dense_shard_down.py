@@ -1,6 +1,6 @@
 """A dense shard on Ray Serve that is down (`ShardUnavailable`) fails every dense search tool as `upstream_unavailable`,
 an infrastructure failure, and the ledger records it so; the shards themselves are tested on a cluster in
-tests/run/test_dense_shards_cluster.py."""
+tests/run/test_serve_replicas.py."""
 
 from __future__ import annotations
 
