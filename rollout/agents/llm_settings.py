@@ -131,6 +131,15 @@ class LLMSettings:
         return {**usage, "cost_usd": cost} if cost is not None and usage else dict(usage)
 
 
+def refuse_sampling_seed(settings: LLMSettings, agent: str) -> None:
+    """A `ConfigError` when `llm.sampling.seed` is set for an agent that sends the run's seed with every request
+    (repeat r of a run with `seed=S` samples with S + r): that seed would replace it, so it would never be sent."""
+    seed = settings.sampling.get("seed")
+    if seed is not None:
+        raise ConfigError(f"llm.sampling.seed={seed} is never sent: agent={agent} samples every request with the "
+                          f"run's seed (repeat r gets seed + r), which replaces it; set seed={seed} instead")
+
+
 def _price(value: Any) -> float | None:
     if value is None:
         return None

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest, refused
+from rollout.agents.llm_settings import refuse_sampling_seed
 from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message, unread_call_error
 from rollout.answer_tag import check_answer_tag, last_answer, system_prompt_with_answer_tag, tag_strings
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
@@ -156,6 +157,7 @@ class OpenAIAgent:
         if text_tool_calls not in TEXT_TOOL_CALLS:
             raise ConfigError(f"agent.text_tool_calls={text_tool_calls!r} must be one of {', '.join(TEXT_TOOL_CALLS)}")
         self.settings = LLMSettings.from_config(llm)
+        refuse_sampling_seed(self.settings, "openai")
         self.max_turns = max_turns
         self.parallel_tool_calls = parallel_tool_calls
         self.tool_choice = tool_choice.strip()

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from rollout.agents.base import AgentResult, TaskTools, call_tool
 from rollout.agents.chat_template import ChatTemplate, load_chat_template
 from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, plain
+from rollout.agents.llm_settings import refuse_sampling_seed
 from rollout.agents.tag_protocol import Step, Tag, TagProtocol
 from rollout.answer_tag import refuse_answer_tag
 from rollout.errors import ConfigError, ContextWindowExceeded
@@ -46,7 +47,8 @@ class TaggedAgent:
     `continue_final_message` (the first turn, with no text yet, a plain [user] request); `completions` posts the
     instruction rendered with the model's own chat template (`agent.chat_template`; without one the instruction
     is the prompt as is) followed by the text so far to /completions. A server that drops the matched stop string
-    and one that keeps it give the same text: a dropped closing tag is put back.
+    and one that keeps it give the same text: a dropped closing tag is put back; so do one that answers a continued
+    message with the continuation alone (vLLM, SGLang) and one that sends the message back ahead of it (llama.cpp).
 
     `AgentResult.messages` — the rule exporters rely on: [{"role": "user", "content": the instruction}], then per
     turn {"role": "assistant", "content": the text the model wrote that turn, closing tag included} and, after a
@@ -107,6 +109,7 @@ class TaggedAgent:
         self.max_turns = max_turns
         self.top_k = top_k
         self.settings = LLMSettings.from_config(llm, agent="tagged")
+        refuse_sampling_seed(self.settings, "tagged")
         self.retry = RetryPolicy.from_config(self.settings.max_retries, backoff_base_s, backoff_max_s,
                                              retry_after_max_s)
         self.client = ChatClient(self.settings, self.retry, tokenizer=tokenizer)
@@ -149,9 +152,16 @@ class TaggedAgent:
         text = "".join(parts)
         return head + text if head is not None else self.chat_messages(instruction, text)
 
-    def step(self, reply: Completion) -> Step:
-        """The turn one reply makes: its text with a dropped closing tag put back, parsed."""
-        text = self.protocol.restore_stop(reply.content or "", reply.finish_reason, reply.stop, reply.names_stop)
+    def step(self, reply: Completion, continued: str = "") -> Step:
+        """The turn one reply makes: its text, after the `continued` text if the server sent that back first, with
+        a dropped closing tag put back, parsed."""
+        text = reply.content or ""
+        # llama.cpp's llama-server (--jinja) answers a continued assistant message with that message followed by
+        # the continuation; vLLM and SGLang send the continuation alone. The feedback in the continued text names
+        # the tags ("between <search> and </search>"), which the parser would read as the model's own search.
+        if continued and text.startswith(continued):
+            text = text[len(continued):]
+        text = self.protocol.restore_stop(text, reply.finish_reason, reply.stop, reply.names_stop)
         return self.protocol.parse(text)
 
     async def _generate(self, request: str | list[dict[str, Any]], seed: int | None) -> Completion:
@@ -176,7 +186,7 @@ class TaggedAgent:
                 logger.debug("turn %d: out of context: %s", turn, e)
                 return AgentResult("", turn - 1, messages, self.settings.priced(events.usage()), out_of_context=True,
                                    stop_message=str(e))
-            step = self.step(reply)
+            step = self.step(reply, "".join(parts) if head is None else "")
             search = step.kind == "search" and turn < self.max_turns
             call: dict[str, Any] | None = None
             if search:

@@ -187,6 +187,20 @@ async def test_a_turn_without_a_tag_gets_search_r1_s_feedback(chat, env):
     assert [e.tool_calls for e in outputs(events)] == [[], []]
 
 
+async def test_a_server_that_sends_the_continued_text_back_first_is_read_from_its_continuation(chat, env):
+    # llama.cpp's llama-server (--jinja) answers a continued assistant message with that message followed by what
+    # the model wrote; the feedback in it names the tags ("between <search> and </search>"), so reading the whole
+    # reply would run a search for "and" the model never asked for.
+    first = "<think>He is a person.</think>"
+    chat.push(said(first), said(first + INVALID + "<answer> Kelmor ", stop="</answer>", server="plain"))
+    events = EventLog("t5e")
+    session = env.for_task("t5e", events)
+    result = await make_agent(chat.base_url).run(QUESTION, session, events)
+    assert (result.prediction, result.turns, session.calls) == ("Kelmor", 2, [])
+    assert result.messages[3] == {"role": "assistant", "content": "<answer> Kelmor </answer>"}
+    assert [e.content for e in outputs(events)] == [first, "<answer> Kelmor </answer>"]
+
+
 async def test_invalid_null_ends_the_task_at_a_turn_without_a_tag(chat, env):
     chat.push(said("I believe he was born in Kelmor."), said("<answer> Kelmor ", stop="</answer>"))
     result = await make_agent(chat.base_url, invalid=None).run(QUESTION, env.for_task("t6"), EventLog("t6"))
