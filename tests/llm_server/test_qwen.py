@@ -3,10 +3,10 @@
 It writes its calls as its template asks, but without the `<tool_call>` tags, so this llama.cpp parses none and
 returns them as text: `agent.text_tool_calls=parse` reads them. Sent `tool_choice: "required"`, it calls on its first
 turn and then goes on in prose to `max_tokens` (the server's grammar lets text come first and forbids the end of the
-reply until a call, which it never writes in the tags). Under Search-R1's protocol, on its own prompt, it answers or
-thinks without searching, and copies the environment's "put the query between <search> and </search>" into its
-next turn, which Search-R1's parser reads as a search for "and": the run counts the repeats. At temperature 0 on one
-slot and one thread the replies are the same from run to run.
+reply until a call, which it never writes in the tags). Under Search-R1's protocol, on its own prompt, it mostly
+answers at once or thinks without searching. llama-server sends a continued assistant message back ahead of what the
+model wrote; the agent reads only what the model wrote, so the feedback's "between <search> and </search>" is not
+taken for a search. At temperature 0 on one slot and one thread the replies are the same from run to run.
 """
 
 from __future__ import annotations
@@ -67,3 +67,26 @@ def test_qwen_calls_its_tools_natively_and_in_search_r1s_tags(qwen_jinja, cache_
     repeats = sum(len(c) - len(set(c)) for c in ([(x["name"], json.dumps(x["arguments"], sort_keys=True))
                                                      for x in t["tool_calls"]] for t in tasks))
     assert tagged["repeated_calls"]["count"] == repeats
+
+
+def test_search_r1_reads_only_what_the_model_wrote_when_the_server_sends_the_continued_text_back(
+        qwen_jinja, cache_dir, tmp_path, ray_local):
+    # Eight tokens cut the first turn before any tag, so the second request continues the model's text and the
+    # feedback, which names the tags ("between <search> and </search>"). llama-server sends that text back ahead
+    # of what the model wrote; the turn is what the model wrote alone. docs/agents.md's repetition penalty goes
+    # with every request.
+    qwen_jinja.wire.clear()
+    qwen_run(qwen_jinja, cache_dir, tmp_path / "cut", "agent=search_r1", "dataset.limit=1",
+             "llm.sampling.max_tokens=8", "+llm.sampling.repeat_penalty=1.1")
+    requests = qwen_jinja.wire.exchanges("/chat/completions")
+    assert requests and all(e.request["repeat_penalty"] == 1.1 for e in requests)
+    continued = [e for e in requests if e.request.get("continue_final_message")]
+    assert continued
+    [task] = read_jsonl(tmp_path / "cut" / "trajectory.jsonl")
+    turns = [e["content"] for e in task["events"] if e["type"] == "llm_output"]
+    for exchange, turn in zip(continued, turns[1:], strict=True):
+        sent = exchange.request["messages"][-1]["content"]
+        reply = exchange.response["choices"][0]["message"]["content"]
+        wrote = reply[len(sent):] if reply.startswith(sent) else reply
+        shown = min(len(wrote), len(turn))
+        assert turn[:shown] == wrote[:shown], (sent, reply, turn)
