@@ -185,10 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None, help="the rollout cache (default: ROLLOUT_CACHE_DIR or "
                                                                   "~/.cache/rollout)")
     parser.add_argument("--smoke", action="store_true",
-                        help="2 questions at --parallel 1 and 2, on the first --threads")
+                        help="1 question at --parallel 1 and 2, on the first --threads")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.questions, args.parallel, args.threads = 2, [1, 2], args.threads[:1]
+        args.questions, args.parallel, args.threads = 1, [1, 2], args.threads[:1]
     if args.questions < 1 or any(p < 1 for p in args.parallel) or \
             any(t != AUTO and not (t.isdigit() and int(t) >= 1) for t in args.threads):
         print("error: --questions and --parallel take whole numbers of at least 1, --threads those or auto",
