@@ -55,26 +55,51 @@ _READ_FLAGS: tuple[int, ...] = tuple(
 )
 
 
-def search_text(index: Any, queries: Sequence[str], k: int) -> Hits:
-    """A dense index's text search (`DenseRetriever`'s, or its shards'): the queries encoded in one batch and searched
-    by `index.search_vectors`, or handed to the index's query batcher when it has one."""
-    check_k(k)
-    if isinstance(queries, str):
-        raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
-    if index.encoder is None:
-        raise RetrievalError(
-            "this dense index has no encoder, so it cannot encode text queries; pass encoder= when "
-            "building or loading it, or call search_vectors with precomputed query vectors"
-        )
-    if len(queries) == 0:
-        return empty_hits(0, k)
-    batcher = index._batcher
-    if batcher is not None:
-        return batcher.search(queries, k)
-    return index.search_vectors(index.encoder.encode_queries(list(queries)), k)
+class TextSearch:
+    """The text search of a dense index (`DenseRetriever`, or its shards' `ShardedDenseRetriever`): the queries
+    encoded in one batch and searched by the index's `search_vectors`, or, with batching, handed to a query batcher
+    that shares one encode and search among concurrent calls."""
+
+    encoder: TextEncoder | None
+    _batcher: QueryBatcher | None = None
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
+        raise NotImplementedError
+
+    def _start_batching(self, batching: BatchSettings | None) -> None:
+        if self.encoder is not None and batching is not None and batching.enabled:
+            self._batcher = QueryBatcher(self.encoder.encode_queries, self.search_vectors, batching)
+
+    @property
+    def batching(self) -> BatchSettings | None:
+        """How concurrent text searches are batched; None when each runs alone on its caller's thread."""
+        return None if self._batcher is None else self._batcher.settings
+
+    def close(self) -> None:
+        """Stop the batching thread, if any; later text searches run alone on their callers' threads."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher.close()
+
+    def search(self, queries: Sequence[str], k: int) -> Hits:
+        """The k best passages of each query, best first (each call gets its own rows, batched or not)."""
+        check_k(k)
+        if isinstance(queries, str):
+            raise RetrievalError("queries must be a sequence of strings; wrap a single query in a list")
+        if self.encoder is None:
+            raise RetrievalError(
+                "this dense index has no encoder, so it cannot encode text queries; pass encoder= when "
+                "building or loading it, or call search_vectors with precomputed query vectors"
+            )
+        if len(queries) == 0:
+            return empty_hits(0, k)
+        batcher = self._batcher
+        if batcher is not None:
+            return batcher.search(queries, k)
+        return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
 
 
-class DenseRetriever:
+class DenseRetriever(TextSearch):
     """Cosine search over pre-encoded passages; text queries are encoded on the fly.
 
     `encoder` may be None for an index searched only through `search_vectors`. With `batching`
@@ -106,9 +131,7 @@ class DenseRetriever:
             self.ef_search = ef_search
         if nprobe is not None:
             self.nprobe = nprobe
-        self._batcher: QueryBatcher | None = None
-        if encoder is not None and batching is not None and batching.enabled:
-            self._batcher = QueryBatcher(encoder.encode_queries, self.search_vectors, batching)
+        self._start_batching(batching)
 
     @classmethod
     def build(
@@ -237,23 +260,6 @@ class DenseRetriever:
         if self._ivf is not None:
             self._ivf.nprobe = int(value)
 
-    @property
-    def batching(self) -> BatchSettings | None:
-        """How concurrent text searches are batched; None when each runs alone on its caller's thread."""
-        return None if self._batcher is None else self._batcher.settings
-
-    def close(self) -> None:
-        """Stop the batching thread, if any; later text searches run alone on their callers' threads."""
-        batcher, self._batcher = self._batcher, None
-        if batcher is not None:
-            batcher.close()
-
-    def search(self, queries: Sequence[str], k: int) -> Hits:
-        """Encode all queries in one batch, then rank passages by cosine in one faiss search.
-
-        With batching, concurrent calls share that encode and search; each gets its own rows.
-        """
-        return search_text(self, queries, k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
         """Rank passages for precomputed query vectors (float32 (n, dimension), unit rows)."""

@@ -30,8 +30,8 @@ import numpy as np
 
 from rollout.errors import RetrievalError
 from rollout.retrieval.base import PAD_INDEX, Hits, check_k, empty_hits, read_index_meta
-from rollout.retrieval.batching import BatchSettings, QueryBatcher
-from rollout.retrieval.dense import DenseRetriever, search_settings, search_text
+from rollout.retrieval.batching import BatchSettings
+from rollout.retrieval.dense import DenseRetriever, TextSearch, search_settings
 from rollout.retrieval.encoder import TextEncoder
 from rollout.retrieval.params import DenseParams
 
@@ -116,7 +116,7 @@ class LocalShard:
         return hits
 
 
-class ShardedDenseRetriever:
+class ShardedDenseRetriever(TextSearch):
     """Cosine search over S shards: queries encoded once, every shard searched (on threads of its own: faiss
     releases the GIL), each query's top k merged exactly. Concurrent text searches are batched as
     `DenseRetriever`'s are."""
@@ -138,24 +138,12 @@ class ShardedDenseRetriever:
         self.folder: Path | None = None
         """The cache entry the shards were loaded from (None for shards given otherwise)."""
         self._pool = ThreadPoolExecutor(max_workers=len(self.shards), thread_name_prefix="dense-shard")
-        self._batcher: QueryBatcher | None = None
-        if encoder is not None and batching is not None and batching.enabled:
-            self._batcher = QueryBatcher(encoder.encode_queries, self.search_vectors, batching)
-
-    @property
-    def batching(self) -> BatchSettings | None:
-        return None if self._batcher is None else self._batcher.settings
+        self._start_batching(batching)
 
     def close(self) -> None:
         """Stop the batching thread and the shards' threads."""
-        batcher, self._batcher = self._batcher, None
-        if batcher is not None:
-            batcher.close()
+        super().close()
         self._pool.shutdown(wait=False)
-
-    def search(self, queries: Sequence[str], k: int) -> Hits:
-        """Encode all queries in one batch, ask every shard for its top k, merge."""
-        return search_text(self, queries, k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> Hits:
         """Every shard's top k for the query vectors, merged; a shard that fails fails the whole search."""
