@@ -190,7 +190,8 @@ def _dense(
     on_ray: RayBuild | None = None,
 ) -> DenseRetriever | ShardedDenseRetriever:
     if params.shards > 1 or params.serve:
-        return _dense_sharded(passages, cache_dir, corpus_hash, params, encoder, corpus_path, on_ray)
+        sharded = _dense_shards_entry(passages, cache_dir, corpus_hash, params, encoder, corpus_path, on_ray)
+        return _served(sharded, params, encoder) if params.serve else sharded
     if params.index_path is not None:
         started = time.perf_counter()
         retriever = DenseRetriever.from_existing_index(
@@ -216,23 +217,8 @@ def _dense(
     )
 
 
-def _dense_sharded(
-    passages: Sequence[Passage],
-    cache_dir: Path,
-    corpus_hash: str,
-    params: DenseParams,
-    encoder: TextEncoder,
-    corpus_path: str | Path | None,
-    on_ray: RayBuild | None,
-) -> ShardedDenseRetriever:
-    """The index in `params.shards` row ranges (`rollout.retrieval.dense_shards`), cached: built from the corpus
-    (on Ray with `on_ray`), or split once from the index that `index_path` or `tevatron_shards` names."""
-    check_shard_count(params.shards, len(passages))
-    whole = replace(params, shards=1, serve=False)
-    load = lambda path: load_shards(path, encoder=encoder, params=params)  # noqa: E731
-    sharded = _dense_shards_entry(passages, cache_dir, corpus_hash, params, encoder, corpus_path, on_ray, whole, load)
-    if not params.serve:
-        return sharded
+def _served(sharded: ShardedDenseRetriever, params: DenseParams, encoder: TextEncoder) -> ShardedDenseRetriever:
+    """The cached shards searched through Ray Serve, each its own application (`retriever.dense.serve=true`)."""
     from rollout.retrieval.dense_serve import served_shards  # here: it imports Ray Serve, which a gateway may lack
 
     sharded.close()  # the shards were only mapped; Serve's replicas search them
@@ -248,10 +234,12 @@ def _dense_shards_entry(
     encoder: TextEncoder,
     corpus_path: str | Path | None,
     on_ray: RayBuild | None,
-    whole: DenseParams,
-    load: Callable[[Path], ShardedDenseRetriever],
 ) -> ShardedDenseRetriever:
-    """The sharded index's cache entry, loaded or made (see `_dense_sharded`)."""
+    """The index in `params.shards` row ranges (`rollout.retrieval.dense_shards`), cached: built from the corpus
+    (on Ray with `on_ray`), or split once from the index that `index_path` or `tevatron_shards` names."""
+    check_shard_count(params.shards, len(passages))
+    whole = replace(params, shards=1, serve=False)
+    load = lambda path: load_shards(path, encoder=encoder, params=params)  # noqa: E731
     if params.index_path is not None or params.tevatron_shards is not None:
         if params.index_path is not None:
             source = Path(params.index_path)
