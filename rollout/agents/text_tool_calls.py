@@ -18,6 +18,9 @@ text. Taken as the answer it would be scored as one, so the formats served model
   in prose after the call when `tool_choice="required"`); the text around them is kept as the reply's text.
 
 A call counts only when it names a tool that was offered: a JSON answer that happens to have a `name` is not a call.
+A reply that opens as a whole JSON call, `{"name": ..., "arguments": ...}` (or `"parameters"`, bare or in
+`<tool_call>`), to a tool that was not offered is a call attempt (a server's tool parser returns it as a call):
+the model reads that no such tool exists and which do, and it is never an answer.
 Text with HTML entities (`&#34;` or `&quot;` for quotes, as llama-cpp-python's server returns it) is read unescaped
 when the text as it is holds no call.
 
@@ -54,6 +57,8 @@ _FUNCTIONS_OPENING = re.compile(r"functions?\.([\w.\-]+):")
 _OPENING = re.compile(r"\s*(?:<\|python_tag\|>)?\s*(?:```(?:json)?\s*)?")
 """What may come before a call's opening: Llama 3's python tag, a Markdown fence."""
 _FENCE_END = re.compile(r"\s*```\s*$")
+_CALL_SHAPE = re.compile(r'\s*\{\s*"name"\s*:\s*"[\w.\-]+"\s*,\s*"(?:arguments|parameters)"\s*:')
+"""A JSON call's opening: its name, then its arguments."""
 
 
 SERVER_PARSERS = {
@@ -78,6 +83,8 @@ class TextToolCall:
     """The arguments as written when they are no JSON object (they end before their JSON does, in a reply cut at the
     token limit, or are no JSON at all); the whole call as written when its arguments cannot be told apart. The call
     is no answer, and the model reads why it was not run (`unread_call_error`); `arguments` is then {}."""
+    offered: tuple[str, ...] | None = None
+    """When the call names a tool that was not offered: the tools that were (it is `unread`, whole as written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +267,24 @@ def _attempt(text: str, offered: Collection[str]) -> TextToolCalls | None:
             name, fmt, unread = named.group(1), "mistral", _as_written(inner)
     elif (named := _NAME.match(body.removeprefix("["))) is not None:  # one call, or a list of them
         name, fmt, unread = named.group(1), "llama3_json", _as_written(body.strip())
-    if name not in offered:
+    if name is None:
         return None
-    return TextToolCalls([TextToolCall(name, {}, fmt, unread=unread.strip())], "")
+    if name in offered:
+        return TextToolCalls([TextToolCall(name, {}, fmt, unread=unread.strip())], "")
+    # A whole JSON call to a tool that was not offered is a call too, as a server's tool parser would return it.
+    call = inner if fmt == "hermes" else body.removeprefix("[") if fmt == "llama3_json" else ""
+    if _CALL_SHAPE.match(call):
+        return TextToolCalls([TextToolCall(name, {}, fmt, unread=text.strip(), offered=tuple(sorted(offered)))], "")
+    return None
 
 
 def unread_call_error(call: TextToolCall, *, cut: bool) -> str:
     """What the model reads of a call whose arguments could not be read (`call.unread`): why, and that the tool was
     not called. `cut`: the reply was cut at the token limit, which the error then names as the likely cause."""
+    if call.offered is not None:
+        return (f"Error: there is no tool named {call.name}; the tool was not called. The tools are "
+                f"{', '.join(call.offered)}: call one of them with its arguments as a JSON object matching its "
+                "parameters.")
     try:
         value = json.loads(call.unread or "")
     except json.JSONDecodeError as e:

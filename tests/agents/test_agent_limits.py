@@ -162,7 +162,8 @@ async def test_a_last_reply_that_only_calls_a_tool_is_out_of_turns_never_its_tex
 
 def test_text_that_merely_looks_like_a_call_is_not_one():
     assert find_text_tool_calls('{"name": "Paris"}', {SPARSE}) is None
-    assert find_text_tool_calls(written_call("another_tool", {"q": 1}), {SPARSE}) is None
+    # A whole call to another tool is a call, one the model is told it cannot make (tests/agents/test_call_attempts.py).
+    assert find_text_tool_calls(written_call("another_tool", {"q": 1}), {SPARSE}).calls[0].offered == (SPARSE,)
     assert find_text_tool_calls("Kelmor", {SPARSE}) is None
     found = find_text_tool_calls("Let me look.\n" + written_call(SPARSE, {"query": "x"}), {SPARSE})
     assert found is not None and found.rest == "Let me look." and found.calls[0].arguments == {"query": "x"}

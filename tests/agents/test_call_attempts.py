@@ -49,9 +49,35 @@ def test_what_does_not_open_as_a_call_to_an_offered_tool_is_no_attempt():
     for text in (f"The answer is Kelmor. functions.{SPARSE}: was not needed.",  # prose that names the syntax
                  "functions.another_tool:\n{'query': 'x'}",  # a tool not offered
                  '{"name": "Paris", "country": France}',  # JSON-ish prose with a name that is no tool
-                 '<tool_call>{"name": "another_tool", "arguments": {}}</tool_call>',
+                 'The record reads {"name": "lookup", "arguments": {}}.',  # another tool's call, not opening the reply
                  "Kelmor"):
         assert find_text_tool_calls(text, {SPARSE}) is None, text
+
+
+QWEN_UNKNOWN_TOOL = '{"name": "registry_id", "arguments": {"registry_id": "P-92941"}}. The registry id is P-92941.'
+"""A final answer Qwen2.5-Coder-0.5B wrote on the demo: a whole call to a tool it made up, then prose."""
+
+
+def test_a_reply_that_opens_as_a_whole_call_to_a_tool_not_offered_is_an_attempt_never_an_answer():
+    for text, fmt in ((QWEN_UNKNOWN_TOOL, "llama3_json"),
+                      ('<tool_call>{"name": "web_search", "arguments": {}}</tool_call>', "hermes"),
+                      ('[{"name": "lookup", "parameters": {"q": "x"}}]', "llama3_json")):
+        found = find_text_tool_calls(text, {SPARSE, DENSE})
+        assert found is not None and found.rest == "", text
+        [call] = found.calls
+        assert call.format == fmt and call.unread == text and call.offered == tuple(sorted((SPARSE, DENSE)))
+        said = unread_call_error(call, cut=False)
+        assert said.startswith(f"Error: there is no tool named {call.name}; the tool was not called.")
+        assert f"The tools are {DENSE}, {SPARSE}:" in said
+
+
+async def test_a_call_to_a_tool_not_offered_is_told_to_the_model_and_is_no_final_answer(chat, make_tools):
+    chat.push(answer(QWEN_UNKNOWN_TOOL), answer(QWEN_UNKNOWN_TOOL))
+    events = EventLog("t")
+    result = await make_agent(chat.base_url, max_turns=2).run(QUESTION, make_tools(SPARSE), events)
+    assert result.out_of_turns and result.prediction == ""
+    told = chat.chat_requests[-1]["messages"][-2]
+    assert told["role"] == "tool" and told["content"].startswith("Error: there is no tool named registry_id")
 
 
 def test_the_model_reads_why_its_call_could_not_be_read():
