@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import ast
 from collections import Counter
 from pathlib import Path
@@ -128,3 +129,20 @@ def test_the_public_api_is_what_it_lists():
 
     missing = [name for name in rollout.__all__ if getattr(rollout, name, None) is None]
     assert not missing, f"rollout.__all__ names what it cannot load: {missing}"
+
+
+def _layout_section() -> str:
+    """docs/architecture.md's "## Layout of the code", up to the next "## " heading."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = text.index("## Layout of the code")
+    end = text.find("\n## ", start)
+    return text[start:] if end == -1 else text[start:end]
+
+
+def test_the_layout_in_the_docs_names_every_module():
+    layout = _layout_section()
+    modules = sorted(MODULES.values())
+    assert len(modules) > 50, "the walk found no modules: it is broken"
+    unnamed = [str(path.relative_to(ROOT)) for path in modules if path.stem not in ("__init__", "__main__")
+               and not re.search(rf"(?<![A-Za-z0-9_]){re.escape(path.stem)}(?![A-Za-z0-9_])", layout)]
+    assert not unnamed, f"docs/architecture.md's 'Layout of the code' does not name: {unnamed}"
