@@ -161,6 +161,15 @@ def rows_text(rows: Sequence[Row]) -> Iterator[str]:
            "one request as the server timed them (/metrics)")
 
 
+def ratio_lines(rows: Sequence[Row]) -> Iterator[str]:
+    """Per thread count, tasks/s at each further --parallel over the first one's."""
+    for threads in dict.fromkeys(r.threads for r in rows):
+        same = [r for r in rows if r.threads == threads]
+        for r in same[1:]:
+            yield (f"tasks/s at --parallel {r.parallel} / at --parallel {same[0].parallel}, threads {threads}: "
+                   f"{r.tasks_per_s / same[0].tasks_per_s:.2f}x")
+
+
 def rate(counters: dict[str, float], kind: str) -> float:
     """Tokens per second of one request, `kind` `prompt` or `tokens_predicted`, from the `/metrics` counters."""
     seconds = counters[f"{kind}_seconds_total"]
@@ -185,10 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None, help="the rollout cache (default: ROLLOUT_CACHE_DIR or "
                                                                   "~/.cache/rollout)")
     parser.add_argument("--smoke", action="store_true",
-                        help="1 question at --parallel 1 and 2, on the first --threads")
+                        help="1 question at --parallel 1, on the first --threads")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.questions, args.parallel, args.threads = 1, [1, 2], args.threads[:1]
+        args.questions, args.parallel, args.threads = 1, [1], args.threads[:1]
     if args.questions < 1 or any(p < 1 for p in args.parallel) or \
             any(t != AUTO and not (t.isdigit() and int(t) >= 1) for t in args.threads):
         print("error: --questions and --parallel take whole numbers of at least 1, --threads those or auto",
@@ -211,11 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  --parallel {parallel} --threads {threads}: {rows[-1].tasks_per_s:.3f} tasks/s", flush=True)
     for line in rows_text(rows):
         print(line)
-    for threads in args.threads:
-        same = [r for r in rows if r.threads == threads]
-        for r in same[1:]:
-            print(f"tasks/s at --parallel {r.parallel} / at --parallel {same[0].parallel}, threads {threads}: "
-                  f"{r.tasks_per_s / same[0].tasks_per_s:.2f}x")
+    for line in ratio_lines(rows):
+        print(line)
     print(f"/proc/loadavg after: {loadavg()}")
     return 0
 

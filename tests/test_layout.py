@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
