@@ -23,6 +23,7 @@ from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.retrieval import Encoder
+from rollout.run.ray_start import lean_start
 from tests.agents.chat_server import ChatServer, chat_server
 from tests.demo_runs import DemoRuns
 from tests.gateway.loopback import serving
@@ -103,7 +104,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def start_local_ray() -> None:
     """Start this process's local Ray unless a Ray is up (pytest_runtest_setup and the session's end stop it)."""
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        with lean_start():  # as a run starts its own Ray: without the head processes no test uses
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 def shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> Path:
