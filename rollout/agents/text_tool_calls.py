@@ -57,8 +57,8 @@ _FUNCTIONS_OPENING = re.compile(r"functions?\.([\w.\-]+):")
 _OPENING = re.compile(r"\s*(?:<\|python_tag\|>)?\s*(?:```(?:json)?\s*)?")
 """What may come before a call's opening: Llama 3's python tag, a Markdown fence."""
 _FENCE_END = re.compile(r"\s*```\s*$")
-_CALL_SHAPE = re.compile(r'\s*\{\s*"name"\s*:\s*"[\w.\-]+"\s*,\s*"(?:arguments|parameters)"\s*:')
-"""A JSON call's opening: its name, then its arguments."""
+_CALL_SHAPE = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\\n]{1,80})"\s*,\s*"(?:arguments|parameters)"\s*:')
+"""A JSON call's opening, its name (any words) then its arguments."""
 
 
 SERVER_PARSERS = {
@@ -267,15 +267,21 @@ def _attempt(text: str, offered: Collection[str]) -> TextToolCalls | None:
             name, fmt, unread = named.group(1), "mistral", _as_written(inner)
     elif (named := _NAME.match(body.removeprefix("["))) is not None:  # one call, or a list of them
         name, fmt, unread = named.group(1), "llama3_json", _as_written(body.strip())
-    if name is None:
-        return None
     if name in offered:
         return TextToolCalls([TextToolCall(name, {}, fmt, unread=unread.strip())], "")
-    # A whole JSON call to a tool that was not offered is a call too, as a server's tool parser would return it.
-    call = inner if fmt == "hermes" else body.removeprefix("[") if fmt == "llama3_json" else ""
-    if _CALL_SHAPE.match(call):
-        return TextToolCalls([TextToolCall(name, {}, fmt, unread=text.strip(), offered=tuple(sorted(offered)))], "")
-    return None
+    return _call_to_another_tool(text, body, offered)
+
+
+def _call_to_another_tool(text: str, body: str, offered: Collection[str]) -> TextToolCalls | None:
+    """A reply that opens as a whole JSON call (bare, in a list or in `<tool_call>`) to a tool that was not offered:
+    a call too, as a server's tool parser would return it, whose name may be any words the model made up."""
+    hermes = _HERMES.match(body)
+    shape = _CALL_SHAPE.match(hermes.group(1) if hermes is not None else body.removeprefix("["))
+    if shape is None:
+        return None
+    fmt = "hermes" if hermes is not None else "llama3_json"
+    return TextToolCalls([TextToolCall(shape.group(1), {}, fmt, unread=text.strip(), offered=tuple(sorted(offered)))],
+                         "")
 
 
 def unread_call_error(call: TextToolCall, *, cut: bool) -> str:

@@ -61,7 +61,10 @@ QWEN_UNKNOWN_TOOL = '{"name": "registry_id", "arguments": {"registry_id": "P-929
 def test_a_reply_that_opens_as_a_whole_call_to_a_tool_not_offered_is_an_attempt_never_an_answer():
     for text, fmt in ((QWEN_UNKNOWN_TOOL, "llama3_json"),
                       ('<tool_call>{"name": "web_search", "arguments": {}}</tool_call>', "hermes"),
-                      ('[{"name": "lookup", "parameters": {"q": "x"}}]', "llama3_json")):
+                      ('[{"name": "lookup", "parameters": {"q": "x"}}]', "llama3_json"),
+                      # a made-up name of several words, as the 0.5B wrote one
+                      ('{"name": "Vodin Industries", "arguments": {"query": "Founder", "top_k": 1}}. The founder',
+                       "llama3_json")):
         found = find_text_tool_calls(text, {SPARSE, DENSE})
         assert found is not None and found.rest == "", text
         [call] = found.calls
