@@ -6,6 +6,7 @@ passage, questions only about acronyms with one plain-worded entry, each naming 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -48,12 +49,22 @@ def write_dictionary(folder):
     (folder / "vera.index").write_text("\n".join(index) + "\n")
 
 
+def documented_command() -> list[str]:
+    """The command line docs/agents.md shows (one, in a fenced block), as the shell splits it."""
+    page = (PROJECT_ROOT / "docs" / "agents.md").read_text(encoding="utf-8")
+    lines = [line.strip() for line in page.splitlines() if line.strip().startswith("python -m bench.vera_acronyms")]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0])
+
+
 def test_the_documented_command_writes_a_corpus_and_questions_a_files_run_reads(tmp_path):
+    words = documented_command()
+    assert words[:3] == ["python", "-m", "bench.vera_acronyms"] and len(words) == 6
+    assert words[3].endswith("vera.dict.dz") and words[4].endswith("vera.index")  # what dict-vera installs
     write_dictionary(tmp_path)
-    out = tmp_path / "vera"
-    done = subprocess.run([sys.executable, "-m", "bench.vera_acronyms", str(tmp_path / "vera.dict"),
-                           str(tmp_path / "vera.index"), str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=60, check=False)
+    out = tmp_path / words[5]
+    done = subprocess.run([sys.executable, *words[1:3], str(tmp_path / "vera.dict"), str(tmp_path / "vera.index"),
+                           str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"8 passages, 3 questions in {out}"
     corpus = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
