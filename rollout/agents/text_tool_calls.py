@@ -246,7 +246,8 @@ def _as_written(call: str) -> str:
 
 
 def _attempt(text: str, offered: Collection[str]) -> TextToolCalls | None:
-    """A reply that opens as a call to an offered tool, none of whose calls could be read: one unread call."""
+    """A reply that opens as a call to an offered tool, none of whose calls could be read: one unread call; else one
+    that opens as a whole JSON call to another tool (`_call_to_another_tool`)."""
     body = _FENCE_END.sub("", text[_OPENING.match(text).end():])
     name = None
     if (functions := _FUNCTIONS_OPENING.match(body)) is not None:
