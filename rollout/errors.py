@@ -27,6 +27,13 @@ class ContextWindowExceeded(LLMError):
     error; the message is the server's own (or the check's)."""
 
 
+class UnreadableToolCall(LLMError):
+    """The server could not read the tool call the model wrote and answered with an error in place of the reply
+    (llama-server: HTTP 500 "Failed to parse tool call arguments as JSON"). The reply is lost with it, so the task
+    ends there as the agent's outcome (`unreadable_call`), scored with no answer; the message is the server's own.
+    Not retried: at temperature 0 the same call comes back, and above it a retry would keep only the lucky samples."""
+
+
 class ServerSetupError(LLMError):
     """The LLM server is set up so that no task can mean anything (it writes tool calls as text: no tool parser).
     A task that meets it stops the whole run (exit 2) instead of failing on its own."""

@@ -226,11 +226,16 @@ class TaskResult:
     `stop_message` keeps the server's words. False on lines written before it was kept."""
     stop_message: str | None = None
     """Why the agent stopped short of an answer, in the words of whoever stopped it (the server's context-window
-    refusal as it sent it); None when it answered."""
+    refusal, or its error on a call it could not read, as it sent them); None when it answered."""
     no_answer_tag: bool = False
     """The agent was to tag its answer (`agent.answer_tag`) and its final message holds no complete tag: status ok,
     prediction "" (the training reward scores such a text 0), scored as a wrong answer and counted in the summary's
     warnings. The message itself stays in `messages`. False on lines written before it was kept."""
+    unreadable_call: bool = False
+    """The model's last reply was a tool call its server could not read, and the server answered with an error in
+    place of the reply (llama-server's HTTP 500 "Failed to parse tool call arguments as JSON"): status ok, prediction
+    "", scored as a wrong answer and counted in the summary's warnings, as what the model wrote. Not retried.
+    `stop_message` keeps the server's words. False on lines written before it was kept."""
 
     @property
     def key(self) -> TaskKey:
@@ -242,11 +247,12 @@ class TaskResult:
         usage: Mapping[str, float], calls: Sequence[ToolCallRecord], events: Sequence[AnyEvent], worker_id: str,
         latency_s: float, attempts: int = 1, repeat: int = 0, seed: int | None = None, out_of_turns: bool = False,
         out_of_context: bool = False, stop_message: str | None = None, offered_tools: Sequence[str] | None = None,
-        no_answer_tag: bool = False,
+        no_answer_tag: bool = False, unreadable_call: bool = False,
     ) -> TaskResult:
         """The record of a task the agent ended with its tools working (status ok); `out_of_turns` and
         `out_of_context`: its answer is "" because it ran out of turns or of context (`stop_message` says how);
-        `no_answer_tag`: because its final message lacked the answer tag it was to write."""
+        `no_answer_tag`: because its final message lacked the answer tag it was to write; `unreadable_call`: because
+        its server could not read the tool call it wrote."""
         return cls(
             id=question.id, question=question.question, golden_answers=list(question.golden_answers),
             prediction=prediction, tool_calls=list(calls), turns=turns, error=None, worker_id=worker_id,
@@ -255,6 +261,7 @@ class TaskResult:
             accounting=task_accounting(calls, events, usage, latency_s), truncated=answer_cut(events),
             out_of_turns=out_of_turns, out_of_context=out_of_context, stop_message=stop_message,
             offered_tools=None if offered_tools is None else list(offered_tools), no_answer_tag=no_answer_tag,
+            unreadable_call=unreadable_call,
         )
 
     @classmethod

@@ -20,10 +20,11 @@ SPARSE = "query_knowledge_base_sparse"
 TRAJECTORY_KEYS = [
     "id", "question", "golden_answers", "prediction", "tool_calls", "turns", "error", "worker_id", "latency_s",
     "metadata", "messages", "status", "usage", "events", "attempts", "repeat", "seed", "accounting", "truncated",
-    "out_of_turns", "offered_tools", "out_of_context", "stop_message", "no_answer_tag",
+    "out_of_turns", "offered_tools", "out_of_context", "stop_message", "no_answer_tag", "unreadable_call",
 ]
 """The keys of a trajectory line, in the order the driver has always written them (`accounting`, then `truncated`,
-`out_of_turns`, `offered_tools`, `out_of_context`, `stop_message` and `no_answer_tag` last, added later)."""
+`out_of_turns`, `offered_tools`, `out_of_context`, `stop_message`, `no_answer_tag` and `unreadable_call` last,
+added later)."""
 TOOL_CALL_KEYS = [
     "call_id", "name", "arguments", "ok", "outcome", "error", "started", "latency_ms", "result_ids", "result_doc_ids",
     "reached_gateway", "accounting",
@@ -74,8 +75,8 @@ def answered() -> TaskResult:
 
 # This record's line as the driver wrote it before records were typed end to end, byte for byte, with the
 # accounting (of the call and of the task), the replies' finish_reason and timings (`sent`, `request_ms`, `server_ms`),
-# the task's `truncated`, `out_of_turns` `offered_tools`, `out_of_context`, `stop_message` and `no_answer_tag` added
-# since.
+# the task's `truncated`, `out_of_turns` `offered_tools`, `out_of_context`, `stop_message`, `no_answer_tag` and
+# `unreadable_call` added since.
 ANSWERED_LINE = (
     '{"id": "q1", "question": "Where was Arlen Voss born?", "golden_answers": ["Kelmor"], "prediction": "Kelmor", '
     '"tool_calls": [{"call_id": "c1", "name": "query_knowledge_base_sparse", "arguments": {"query": "Arlen Voss born"}, '
@@ -95,7 +96,7 @@ ANSWERED_LINE = (
     '"tools": {"query_knowledge_base_sparse": 0.00425}, "waiting": 1.49375}, "context_tokens": {"retrieval": 12}, '
     '"tool_llm_tokens": {}, "agent_tokens": 9, "tokens": {"retrieval": 12, "filtering": 0, "chunking": 0, '
     '"generation": 0, "other": 0, "agent": 9}, "calls_counted": 1}, "truncated": false, "out_of_turns": false, "offered_tools": null, "out_of_context": false, "stop_message": null, '
-    '"no_answer_tag": false}'
+    '"no_answer_tag": false, "unreadable_call": false}'
 )
 
 

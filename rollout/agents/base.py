@@ -48,9 +48,12 @@ class AgentResult:
     out_of_context: bool = False
     """The conversation outgrew the model's context window before an answer (`prediction` is then "", or what the
     agent had answered)."""
+    unreadable_call: bool = False
+    """The model's last reply was a tool call its server could not read and answered with an error in place of the
+    reply (`UnreadableToolCall`): `prediction` is ""."""
     stop_message: str | None = None
     """What stopped the policy short of an answer, in the words of whoever stopped it: the server's context-window
-    refusal as it sent it, or `llm.context_window`'s check."""
+    refusal or its error on a call it could not read, as it sent them, or `llm.context_window`'s check."""
     no_answer_tag: bool = False
     """The policy was to tag its answer (`agent.answer_tag`) and its final message holds no complete tag: `prediction`
     is "", as the training reward scores such a text 0."""

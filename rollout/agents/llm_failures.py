@@ -2,8 +2,9 @@
 
 Retried: 408, 429 (after its `Retry-After`), 5xx, connection errors and timeouts. Not retried, since the same
 request would fail the same way: any other HTTP status (a refusal, `LLMError` saying what to change), a context
-overflow (`ContextWindowExceeded`: the agent's limit, in the server's own words) and a body that is not a
-completion.
+overflow (`ContextWindowExceeded`: the agent's limit, in the server's own words), a tool call the model wrote that
+the server could not read (`UnreadableToolCall`: llama-server's HTTP 500, the model's outcome) and a body that is
+not a completion.
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ except ImportError:  # only an LLM agent needs it; `ChatClient` names the instal
 from rollout.agents.context_window import is_context_overflow
 from rollout.agents.llm_response import CHAT_ENDPOINT, TEXT_ENDPOINT, not_a_completion
 from rollout.agents.llm_settings import NO_KEY, LLMSettings
-from rollout.errors import ContextWindowExceeded, LLMError
+from rollout.errors import ContextWindowExceeded, LLMError, UnreadableToolCall
 
 RETRYABLE_STATUS = frozenset({408, 429})
 """HTTP statuses below 500 that are retried."""
+
+UNREADABLE_CALL_ERRORS = ("Failed to parse tool call arguments as JSON", "Failed to parse input at pos")
+"""How llama-server's HTTP 500 opens when its parser cannot read the tool call the model generated (its older and
+its newer parser); "Failed to parse tools" (the request's tool list) is not among them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,8 @@ def classify(e: BaseException, settings: LLMSettings, timeout: float, endpoint: 
         status, detail = e.status_code, _detail(e)
         if is_context_overflow(status, e.body):  # the agent's limit, not the endpoint's fault: its own message
             return Failure(False, _detail(e, limit=None), error=ContextWindowExceeded)
+        if status >= 500 and _detail(e, limit=None).startswith(UNREADABLE_CALL_ERRORS):  # the model's output
+            return Failure(False, _detail(e, limit=None), error=UnreadableToolCall)
         if status in RETRYABLE_STATUS or status >= 500:
             return Failure(True, f"HTTP {status} from {where}: {detail}", _retry_after(e.response.headers))
         return Failure(False, refusal(settings, status, detail, endpoint))

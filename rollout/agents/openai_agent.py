@@ -24,7 +24,7 @@ from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, Retry
 from rollout.agents.llm_settings import refuse_sampling_seed
 from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message, unread_call_error
 from rollout.answer_tag import check_answer_tag, last_answer, system_prompt_with_answer_tag, tag_strings
-from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
+from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError, UnreadableToolCall
 from rollout.events import CUT_AT_LIMIT, EventLog, LLMOutputEvent, LLMThinkingEvent
 from rollout.run_folder import spec_name
 
@@ -232,6 +232,10 @@ class OpenAIAgent:
             except ContextWindowExceeded as e:  # the agent's limit: its outcome, scored, with the server's words
                 logger.debug("turn %d: out of context: %s", turn, e)
                 return AgentResult("", turn - 1, messages, self.settings.priced(events.usage()), out_of_context=True,
+                                   stop_message=str(e))
+            except UnreadableToolCall as e:  # the model wrote this turn's reply, which the server lost with its error
+                logger.debug("turn %d: the server could not read the model's tool call: %s", turn, e)
+                return AgentResult("", turn, messages, self.settings.priced(events.usage()), unreadable_call=True,
                                    stop_message=str(e))
             content, thinking = split_thinking(reply.content)
             thinking = "\n".join(filter(None, [reply.reasoning, thinking])) or None

@@ -126,6 +126,8 @@ class RunConversations:
             return "answer cut at the token limit"
         if task.out_of_context:  # the conversation ends where the server refused it, with no answer
             return "out of the model's context window"
+        if task.unreadable_call:  # the model's last reply is lost: the server sent an error in its place
+            return "tool call the server could not read"
         return None
 
     def _shows_specs(self, task: TaskResult) -> bool:

@@ -121,6 +121,7 @@ def score_task(r: TaskResult, *, score_failed: bool = False, extra: ExtraScores 
         "out_of_turns": r.out_of_turns,
         "out_of_context": r.out_of_context,
         "no_answer_tag": r.no_answer_tag,
+        "unreadable_call": r.unreadable_call,
         "total_tokens": r.usage.get("total_tokens"),
         "cost_usd": r.usage.get("cost_usd"),
         "hops": r.metadata.get("hops"),
@@ -164,6 +165,7 @@ class _Tally:
         self.out_of_turns = 0
         self.out_of_context = 0
         self.no_answer_tag = 0
+        self.unreadable_call = 0
         self.overflows = ContextOverflowTally()
         self.max_repeat = -1
         self.calls: Counter[str] = Counter()
@@ -199,6 +201,7 @@ class _Tally:
         self.out_of_turns += row["out_of_turns"]
         self.out_of_context += row["out_of_context"]
         self.no_answer_tag += row["no_answer_tag"]
+        self.unreadable_call += row["unreadable_call"]
         self.overflows.add(r)
         self.max_repeat = max(self.max_repeat, r.repeat)
         self.calls.update(c.name for c in r.tool_calls)
@@ -332,6 +335,11 @@ def _warnings(tally: _Tally, tools_offered: int | None, max_turns: int | None,
                         "message (agent.answer_tag) and are scored as the answer \"\", as the training reward scores "
                         "them 0: read one with `rollout view RUN --wrong`; the model may not follow the system "
                         "prompt's request for the tag")
+    if tally.unreadable_call:
+        warnings.append(f"{tally.unreadable_call} of {tally.n} tasks ended on a tool call the model wrote that its "
+                        "server could not read (the server sent an error in place of the reply; its words are each "
+                        "task's stop_message): scored as the answer \"\", as what the model wrote. Read one with "
+                        "`rollout view RUN --wrong`")
     if (unseen := tally.tool_reach.warning()) is not None:
         warnings.append(unseen)
     if (looping := tally.repetition.warning(deterministic_agent)) is not None:

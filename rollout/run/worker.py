@@ -226,7 +226,7 @@ class RolloutWorker:
                 usage=outcome.usage, calls=calls, events=events.events, worker_id=self.worker_id,
                 latency_s=latency_s, attempts=attempt, repeat=repeat, seed=seed, out_of_turns=outcome.out_of_turns,
                 out_of_context=outcome.out_of_context, stop_message=outcome.stop_message, offered_tools=offered_tools,
-                no_answer_tag=outcome.no_answer_tag,
+                no_answer_tag=outcome.no_answer_tag, unreadable_call=outcome.unreadable_call,
             )
         return TaskResult.failed(
             q, status=status, error=error, worker_id=self.worker_id, latency_s=latency_s, attempts=attempt,

@@ -233,6 +233,8 @@ def _header(console: Console, task: TaskResult, repeats: TaskRepeats) -> None:
         run.append(" (out of context)", style="yellow")
     if task.no_answer_tag:
         run.append(" (no answer tag)", style="yellow")
+    if task.unreadable_call:
+        run.append(" (tool call the server could not read)", style="yellow")
     run.append(f" · worker {task.worker_id} · attempts {task.attempts} · {task.turns} turns"
                f" · {len(task.tool_calls)} tool calls · {task.latency_s:.2f} s")
     if repeats.loops:  # each repeat is marked where it happens below

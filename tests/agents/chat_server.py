@@ -180,6 +180,19 @@ def overflow(server: str = "vllm") -> Reply:
     return Reply(status, body)
 
 
+UNREADABLE_CALL_SAID = ("Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at "
+                        "line 1, column 65: syntax error while parsing value - invalid literal; last read: "
+                        "'\"P-92941\"}}.'; expected end of input")
+"""llama-server's words when its parser could not read the call Qwen2.5-Coder-0.5B wrote (a period after the JSON),
+as a run of it recorded them."""
+
+
+def unreadable_call() -> Reply:
+    """llama-server's answer to a request whose reply is a tool call its parser cannot read: HTTP 500 in its error
+    body, the reply itself not sent."""
+    return Reply(500, {"error": {"code": 500, "message": UNREADABLE_CALL_SAID, "type": "server_error"}})
+
+
 def written_call(name: str, arguments: dict[str, Any], fmt: str = "hermes") -> str:
     """A tool call as a model writes it in its chat format, which a server without a tool parser returns as text;
     `functions` is llama-cpp-python's chatml-function-calling syntax, HTML-escaped as that server returns it."""

@@ -16,16 +16,18 @@ import pytest
 from rollout.agents.context_window import ContextBudget, is_context_overflow
 from rollout.agents.openai_agent import OpenAIAgent
 from rollout.agents.text_tool_calls import find_text_tool_calls
-from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError
+from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError, UnreadableToolCall
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.retrieval.encoder import bundled_model_path
 from tests.agents.chat_server import (
     OVERFLOW_BODIES,
+    UNREADABLE_CALL_SAID,
     Reply,
     answer,
     error,
     overflow,
     tool_calls,
+    unreadable_call,
     written_call,
 )
 from tests.agents.conftest import DENSE, SPARSE
@@ -58,6 +60,25 @@ async def test_a_400_that_is_not_about_the_context_stays_an_error(chat, make_too
     with pytest.raises(LLMError) as raised:
         await make_agent(chat.base_url).run(QUESTION, make_tools(SPARSE), EventLog("t"))
     assert not isinstance(raised.value, ContextWindowExceeded)
+
+
+async def test_a_call_the_server_could_not_read_ends_the_task_as_the_models_outcome_not_retried(chat, make_tools):
+    # One search, then a reply llama-server's parser cannot read: the model wrote it, so it is its outcome, and at
+    # temperature 0 the same call would come back: no second request.
+    chat.push(tool_calls((SPARSE, {"query": "Arlen Voss"})), unreadable_call())
+    result = await make_agent(chat.base_url, max_retries=3).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+    assert result.unreadable_call and result.prediction == "" and result.turns == 2
+    assert result.stop_message == UNREADABLE_CALL_SAID and not (result.out_of_context or result.out_of_turns)
+    assert len(chat.chat_requests) == 2
+
+
+@pytest.mark.parametrize("said", ["Failed to parse tools: [json.exception.type_error.302] type must be string",
+                                  "Failed to parse messages: tool call arguments must be JSON"])
+async def test_a_500_about_the_request_stays_an_error_and_is_retried(chat, make_tools, said):
+    chat.push(*[Reply(500, {"error": {"code": 500, "message": said, "type": "server_error"}})] * 2)
+    with pytest.raises(LLMError) as raised:
+        await make_agent(chat.base_url, max_retries=1).run(QUESTION, make_tools(SPARSE), EventLog("t"))
+    assert not isinstance(raised.value, UnreadableToolCall) and len(chat.chat_requests) == 2
 
 
 def test_overflow_is_recognised_by_text_code_and_status():

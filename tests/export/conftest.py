@@ -25,7 +25,17 @@ from rollout.records import Question, TaskResult
 from rollout.run.driver import offered_tools
 from rollout.run.worker import EnvSpec, RolloutWorker
 from rollout.run_folder import CONFIG_FILE, RunTools, append_task, trajectory_path, write_tools
-from tests.agents.chat_server import MODEL, ChatServer, Reply, answer, chat_server, error, overflow, tool_calls
+from tests.agents.chat_server import (
+    MODEL,
+    ChatServer,
+    Reply,
+    answer,
+    chat_server,
+    error,
+    overflow,
+    tool_calls,
+    unreadable_call,
+)
 from tests.conftest import gateway_on_loopback
 from tests.gateway.loopback import sparse_kb
 
@@ -40,6 +50,7 @@ CITY = Question("q-city", "In which country is Kelmor?", ["Dravia"])
 CUT = Question("q-cut", "What does Veltrix Holdings make?", ["textile looms"])
 BROKEN = Question("q-broken", "When was Arlen Voss born?", ["1961"])
 LONG = Question("q-long", "Who founded Veltrix Holdings?", ["Arlen Voss"])
+UNREAD = Question("q-unread", "Who holds registry ID P-92941?", ["Arlen Voss"])
 
 
 @dataclass
@@ -107,9 +118,9 @@ def chat() -> Iterator[ChatServer]:
 
 @pytest.fixture(scope="package")
 def openai_run(chat, tmp_path_factory) -> MadeRun:
-    """Six openai-agent tasks on the sparse-only gateway: right with a search, wrong without one, cut at the
-    token limit, failed by the endpoint, one whose first tool call the model wrote as broken JSON, and one whose
-    conversation outgrew the model's context window."""
+    """Seven openai-agent tasks on the sparse-only gateway: right with a search, wrong without one, cut at the
+    token limit, failed by the endpoint, one whose first tool call the model wrote as broken JSON, one whose
+    conversation outgrew the model's context window, and one whose second call its server could not read."""
     agent = openai_agent(chat.base_url, parallel_tool_calls=False)
     return make_run(tmp_path_factory.mktemp("export") / "openai", chat, SPARSE_ONLY, agent, [
         (BORN, [tool_calls((SPARSE, {"query": "Arlen Voss born", "top_k": 2})),
@@ -120,6 +131,7 @@ def openai_run(chat, tmp_path_factory) -> MadeRun:
         (BROKEN, [tool_calls((SPARSE, '{"query": "Arlen Voss')), tool_calls((SPARSE, {"query": "Arlen Voss"})),
                   answer("Answer: 1961")]),
         (LONG, [tool_calls((SPARSE, {"query": "Veltrix founder"})), overflow("vllm")]),
+        (UNREAD, [tool_calls((SPARSE, {"query": "P-92941"})), unreadable_call()]),
     ])
 
 

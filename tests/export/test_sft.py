@@ -8,13 +8,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rich.console import Console
+
 import rollout.cli
 from rollout.export.cli import main
-from tests.export.conftest import BORN, BROKEN, CODE, CUT, load, read_jsonl, sent, unpadded
+from rollout.report.scoring import summarize
+from rollout.run_folder import iter_trajectory
+from rollout.view.render import render_task
+from tests.agents.chat_server import UNREADABLE_CALL_SAID
+from tests.export.conftest import BORN, BROKEN, CODE, CUT, SPARSE_ONLY, UNREAD, load, read_jsonl, sent, unpadded
 
 SKIPS = "1 answer cut at the token limit, 1 error"
-CONTEXT = "1 out of the model's context window"
-"""The task whose conversation the server refused as too long: it ends with no answer to train on."""
+CONTEXT = "1 out of the model's context window, 1 tool call the server could not read"
+"""The task whose conversation the server refused as too long, and the one whose last reply the server lost with its
+error: they end with no answer to train on."""
 
 
 def export(run: Path, fmt: str, out: Path, *extra: str, capsys=None) -> str:
@@ -26,7 +33,7 @@ def export(run: Path, fmt: str, out: Path, *extra: str, capsys=None) -> str:
 def test_openai_rows_replay_the_conversation_the_model_was_sent(openai_run, tmp_path, capsys, suffix):
     out = tmp_path / f"sft{suffix}"
     line = export(openai_run.path, "openai", out, capsys=capsys)
-    assert line == f"wrote 3 rows to {out} (openai); skipped 3 tasks: {SKIPS}, {CONTEXT}"
+    assert line == f"wrote 3 rows to {out} (openai); skipped 4 tasks: {SKIPS}, {CONTEXT}"
     rows = load(out)
     assert [r["messages"][1]["content"] for r in rows] == [BORN.question, CODE.question, BROKEN.question]
     born = rows[0]
@@ -85,9 +92,9 @@ def test_verl_sft_parquet_reads_back_as_verl_reads_it(openai_run, tmp_path):
 
 
 @pytest.mark.parametrize(("options", "ids", "skipped"), [
-    (["--only-correct"], [BORN.id, BROKEN.id], f"skipped 4 tasks: {SKIPS}, 1 not exact-match correct, {CONTEXT}"),
-    (["--min-f1", "0.5"], [BORN.id, BROKEN.id], f"skipped 4 tasks: {SKIPS}, 1 F1 below 0.5, {CONTEXT}"),
-    (["--min-f1", "0"], [BORN.id, CODE.id, BROKEN.id], f"skipped 3 tasks: {SKIPS}, {CONTEXT}"),
+    (["--only-correct"], [BORN.id, BROKEN.id], f"skipped 5 tasks: {SKIPS}, 1 not exact-match correct, {CONTEXT}"),
+    (["--min-f1", "0.5"], [BORN.id, BROKEN.id], f"skipped 5 tasks: {SKIPS}, 1 F1 below 0.5, {CONTEXT}"),
+    (["--min-f1", "0"], [BORN.id, CODE.id, BROKEN.id], f"skipped 4 tasks: {SKIPS}, {CONTEXT}"),
 ])
 def test_filters_keep_tasks_by_the_runs_own_scores(openai_run, tmp_path, capsys, options, ids, skipped):
     out = tmp_path / "kept.jsonl"
@@ -111,3 +118,22 @@ def test_the_rollout_command_runs_it(openai_run, tmp_path, capsys):
     assert rollout.cli.main(["export", str(openai_run.path), "--format", "openai", "--out", str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"wrote 3 rows to {out}")
     assert len(read_jsonl(out)) == 3
+
+
+def test_a_call_the_server_could_not_read_is_scored_flagged_shown_and_never_trained_on(openai_run, tmp_path):
+    task = openai_run.tasks[UNREAD.id]
+    # The model's outcome with its tools working: status ok, no answer, the server's words kept, asked once.
+    assert (task.status, task.prediction, task.unreadable_call, task.turns) == ("ok", "", True, 2)
+    assert task.stop_message == UNREADABLE_CALL_SAID and len(openai_run.requests[UNREAD.id]) == 2
+    summary = summarize(iter_trajectory(openai_run.path, full=True), mode="sparse", gateway_file=str(SPARSE_ONLY),
+                        wall_time_s=1.0)
+    assert summary.scored == 6  # all but the endpoint's refusal, this one among them as a wrong answer
+    [warning] = [w for w in summary.warnings if "could not read" in w]
+    assert warning.startswith("1 of 7 tasks ended on a tool call the model wrote that its server could not read")
+    console = Console(record=True, width=200)
+    render_task(console, task)  # `rollout view RUN --task q-unread`
+    shown = console.export_text()
+    assert "status     ok (tool call the server could not read)" in shown and "Failed to parse tool call" in shown
+    out = tmp_path / "sft.jsonl"
+    export(openai_run.path, "openai", out)
+    assert UNREAD.question not in out.read_text()

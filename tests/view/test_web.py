@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from rollout.report.rescore import rescore
 from rollout.view.pages import open_runs
 from rollout.view.web import Viewer, create_app
+from tests.agents.chat_server import UNREADABLE_CALL_SAID
 from tests.view.made_runs import DENSE, HOSTILE, SPARSE, ask_question_set, task, two_runs, write_run
 
 
@@ -72,13 +73,17 @@ def test_the_stopped_filter_finds_the_tasks_an_agents_limits_ended_and_the_page_
     said = "This model's maximum context length is 1500 tokens. However, you requested 2647 tokens"
     tasks = [task("q1", "question 1", "a", "a"), replace(task("q2", "question 2", "a", ""), out_of_context=True,
                                                          stop_message=said),
-             replace(task("q3", "question 3", "a", ""), out_of_turns=True)]
+             replace(task("q3", "question 3", "a", ""), out_of_turns=True),
+             replace(task("q4", "question 4", "a", ""), unreadable_call=True, stop_message=UNREADABLE_CALL_SAID)]
     folder = write_run(tmp_path / "run", tasks)
     rescore(folder)  # the evaluation summary, with its warning
     c = client(folder)
     page = c.get("/run/0").text
-    assert "3 scored · 1 out of turns · 1 out of context" in page
-    assert "1 of 3 tasks ran out of the model&#39;s context window" in page and said.replace("'", "&#39;") in page
+    assert "4 scored · 1 out of turns · 1 out of context" in page
+    assert "1 of 4 tasks ran out of the model&#39;s context window" in page
+    assert "1 of 4 tasks ended on a tool call the model wrote that its server could not read" in page
+    unread = c.get("/run/0/task?id=q4").text
+    assert ">tool call the server could not read</span>" in unread and "Failed to parse tool call" in unread and said.replace("'", "&#39;") in page
     assert row_ids(c.get("/run/0?stop=out_of_context").text) == ["q2"]
     assert row_ids(c.get("/run/0?stop=out_of_turns").text) == ["q3"]
     assert 'title="' + said.replace("'", "&#39;") in c.get("/run/0/task?id=q2").text
