@@ -34,7 +34,7 @@ from ray.cluster_utils import Cluster
 
 from rollout.retrieval.base import Hits
 from rollout.retrieval.dense import DenseRetriever
-from rollout.retrieval.dense_serve import deploy_shards, delete_shards, served_shards, shard_app_name
+from rollout.retrieval.dense_serve import delete_applications, deploy_shards, served_shards, shard_app_name
 from rollout.retrieval.dense_shards import read_shards_meta, shard_dir, split_index_into, write_shards_meta
 from rollout.retrieval.params import DenseParams
 
@@ -185,7 +185,7 @@ def main() -> None:
         if not identical:
             raise SystemExit(1)
     finally:
-        delete_shards(apps)
+        delete_applications(apps)
         serve.shutdown()
         ray.shutdown()
         cluster.shutdown()

@@ -141,7 +141,10 @@ def gateway_application(argv: list[str], retrieval: dict[str, Any], *, replicas:
     """
     from ray import serve
 
-    options: dict[str, Any] = {"ray_actor_options": {"num_cpus": replica_cpus}, "name": DEPLOYMENT_NAME}
+    from rollout.retrieval.dense_serve import SHUTDOWN_WAIT_LOOP_S
+
+    options: dict[str, Any] = {"ray_actor_options": {"num_cpus": replica_cpus}, "name": DEPLOYMENT_NAME,
+                               "graceful_shutdown_wait_loop_s": SHUTDOWN_WAIT_LOOP_S}
     if autoscaling:
         options["autoscaling_config"] = {"initial_replicas": replicas, **autoscaling}
     else:

@@ -125,20 +125,27 @@ class ServeGateway:
             return
         from ray import serve
 
-        if self._deployed:
-            self._deployed = False
-            try:
-                serve.delete(self.app_name)
-            except Exception as e:  # the cluster may be going away under us; the ledgers are complete line by line
-                logger.warning("Could not delete the Serve application %s: %s", self.app_name, e)
-        if self._shard_apps:
-            from rollout.retrieval.dense_serve import delete_shards
+        from rollout.retrieval.dense_serve import delete_applications
 
-            delete_shards(self._shard_apps)
-            self._shard_apps = []
+        # The cluster may be going away under us: a warning then, and the ledgers are complete line by line.
+        delete_applications(([self.app_name] if self._deployed else []) + self._shard_apps)
+        self._deployed, self._shard_apps = False, []
         if self._started_serve:
             self._started_serve = False
             serve.shutdown()
+            _wait_serve_actors_gone()
+
+
+def _wait_serve_actors_gone(timeout_s: float = 30.0) -> None:
+    """Wait until Serve's named actors (controller, proxies) have left the cluster: `serve.shutdown()` returns while
+    they still go, and a run that starts Serve on the same cluster right after would meet a proxy of the old name
+    being killed ("cancelled before it started")."""
+    deadline = time.monotonic() + timeout_s
+    while any(actor["namespace"] == "serve" for actor in ray.util.list_named_actors(all_namespaces=True)):
+        if time.monotonic() > deadline:
+            logger.warning("Ray Serve's actors were still stopping %g s after serve.shutdown()", timeout_s)
+            return
+        time.sleep(_POLL_S)
 
 
 def _serve_running() -> bool:
