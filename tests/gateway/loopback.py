@@ -115,8 +115,7 @@ def gateway_served(
         with serving(make_uvicorn(server, **app_options)) as base:
             yield base
     finally:
-        if collector is not None:
-            collector.close()
+        server.ledgers.close()  # the default collector, and those of the runs registered with POST /runs
 
 
 def kill(gw: GatewayProcess) -> None:
