@@ -366,7 +366,7 @@ def search_r1_row(checkout: Path, n: int, corpus: Path, index: Path, qs: list[st
     """Search-R1's own retrieval server (search_r1/search/retrieval_server.py of a checkout) over the same corpus and
     flat index, its encoder the bundled MiniLM on the CPU: started twice (the first converts the corpus into the Hugging
     Face cache), measured as `serve` measures a gateway. It listens on port 8000, as it always does."""
-    from rollout.retrieval.encoder import bundled_model_path
+    from rollout.paths import bundled_model_path
 
     command = [sys.executable, "-c", SEARCH_R1_SHIM, str(checkout / "search_r1/search/retrieval_server.py"),
                "--index_path", str(index), "--corpus_path", str(corpus), "--retriever_name", "minilm",

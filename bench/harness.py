@@ -35,10 +35,10 @@ from pathlib import Path
 
 import ray
 
+from rollout.data.dataset import prepare_data
 from rollout.paths import PROJECT_ROOT, default_cache_dir
 from rollout.records import Question, TaskResult
 from rollout.run.config import RunConfig, compose_run_config
-from rollout.run.dataset import prepare_data
 from rollout.run.driver import env_spec_for, gateway_for_run
 from rollout.run.scheduler import PlannedTask, Scheduler
 
@@ -139,7 +139,7 @@ def gateway_stop_s(n_sessions: int, cache_dir: Path) -> tuple[float, int]:
     MCP sessions, a quarter of them sending calls back to back while it is asked to stop."""
     import asyncio
 
-    from envs.mcp_session import McpSession
+    from rollout.mcp_client.session import McpSession
     from rollout.run.gateway_process import GatewayProcess
 
     async def measure() -> tuple[float, int]:

@@ -9,7 +9,7 @@ the text a client receives), interleaved over the same queries in one run:
 
 It leaves out the MCP protocol around a call (JSON-RPC, HTTP), which `bench/gateway_load.py` measures;
 so the ratio here is an upper bound of metering's share of a whole call's CPU. The default tokenizer
-counts word by word with a cache of each word's count (`rollout.retrieval.token_count`): "first
+counts word by word with a cache of each word's count (`rollout.llm.token_count`): "first
 round" is the count while that cache fills (one process, all three tools in turn), the median the
 count once a run's words recur.
 """

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 
 from rollout.data import ensure_demo_kb, load_questions
-from rollout.gateway.__main__ import load_knowledge_base, parse_args
+from rollout.gateway.launch import load_knowledge_base, parse_args
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.paths import default_cache_dir
 from rollout.run.gateway_process import GatewayProcess

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from hydra.utils import instantiate
 
-from rollout.agents.llm_client import Completion
 from rollout.agents.tagged import TaggedAgent
+from rollout.llm.chat_client import Completion
+from rollout.llm.token_count import load_token_counter
 from rollout.records import ToolResult
-from rollout.retrieval.token_count import load_token_counter
 from rollout.run.config import compose_run_config
 
 CHATML = Path(__file__).resolve().parents[1] / "tests" / "agents" / "data" / "chatml"

@@ -132,8 +132,8 @@ def demo_gateway_args(work: Path) -> list[str]:
     """The demo's gateway command line, as `python -m rollout mode=hybrid` builds it (its data already made)."""
     import json
 
+    from rollout.data.dataset import prepare_data
     from rollout.run.config import compose_run_config
-    from rollout.run.dataset import prepare_data
     from rollout.run.driver import gateway_args
 
     cfg = compose_run_config("mode=hybrid", f"output_dir={work / 'beside'}")

@@ -20,14 +20,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from envs.mcp_session import McpSession
-from envs.mcp_transport import describe, is_transport_failure, root_cause, trust_tool_results
-from envs.schema import mcp_tool_to_function
 from envs.task_session import TaskSession
 from rollout.accounting import CallAccounting
 from rollout.errors import GatewayError
 from rollout.events import EventLog
 from rollout.gateway_file import GatewayFile, load_gateway_file
+from rollout.mcp_client.schema import mcp_tool_to_function
+from rollout.mcp_client.session import McpSession
+from rollout.mcp_client.transport import describe, is_transport_failure, root_cause, trust_tool_results
 from rollout.records import ToolCallRecord, ToolResult
 from rollout.wire import (
     META_ACCOUNTING,
@@ -52,7 +52,7 @@ from rollout.wire import (
 )
 
 if TYPE_CHECKING:
-    # For annotations only: the SDK is imported when a session opens (see envs.mcp_session's docstring).
+    # For annotations only: the SDK is imported when a session opens (see rollout.mcp_client.session's docstring).
     from mcp.client.client import Client
     from mcp_types import CallToolResult, Tool
 
@@ -290,7 +290,7 @@ class HttpMCPEnv:
 
 def _is_request_timeout(e: BaseException) -> bool:
     """True for the SDK's error for a request that got no answer within the client's read timeout."""
-    from mcp.shared.exceptions import MCPError  # the SDK only once a call failed (see envs.mcp_session)
+    from mcp.shared.exceptions import MCPError  # the SDK only once a call failed (see rollout.mcp_client.session)
     from mcp_types import REQUEST_TIMEOUT
 
     return isinstance(e, MCPError) and e.error.code == REQUEST_TIMEOUT

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.report.repetition import Repetition
+from rollout.repetition import Repetition
 
 BUILTIN_METRICS = ("exact_match", "f1", "contains_answer", "retrieval_recall")
 """The metrics every run has, in display order (`rollout.report.scoring` computes them)."""
@@ -448,7 +448,7 @@ class RunSummary:
     Empty for a run that was not interrupted (and in files written before)."""
     repeated_calls: Repetition | None = None
     """Tool calls repeating an earlier call of their task, and turns repeating the one before
-    (`rollout.report.repetition`); None in files written before they were counted."""
+    (`rollout.repetition`); None in files written before they were counted."""
 
     @property
     def extra_metrics(self) -> list[str]:

@@ -32,7 +32,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import rollout.cli
 from rollout.export.cli import build_parser as export_parser
-from rollout.gateway.__main__ import build_parser as gateway_parser
+from rollout.gateway.launch import build_parser as gateway_parser
 from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.records import TaskResult
 from rollout.report.cli import build_parser as report_parser

@@ -9,7 +9,7 @@ import pytest
 from mcp.client.client import Client
 
 from rollout.export.cli import main as export_main
-from rollout.gateway.__main__ import load_knowledge_base, parse_args
+from rollout.gateway.launch import load_knowledge_base, parse_args
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
 from rollout.run.identity import tool_hashes

@@ -103,6 +103,38 @@ def test_no_module_imports_itself_back():
     assert not cycles, "import loops: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+LAYERS = (
+    ("(root)",), ("llm", "mcp_client"), ("report",), ("data",), ("retrieval",), ("gateway",), ("envs",), ("agents",),
+    ("view",), ("run",), ("export", "trainers"),
+)
+"""The packages from the bottom up, as docs/architecture.md lists them: a module imports from its own layer and the
+ones below. "(root)" is the package root's modules (the records, events, errors... every stage shares)."""
+ENTRY_POINTS = {"rollout", "rollout.__main__", "rollout.cli"}
+"""Above every layer, with each package's `__main__` and `cli`: they compose the packages into commands."""
+
+
+def layer_of(module: str) -> int:
+    """Where `module` sits in `LAYERS` (`len(LAYERS)` for an entry point)."""
+    if module in ENTRY_POINTS or module.endswith((".__main__", ".cli")):
+        return len(LAYERS)
+    parts = module.split(".")
+    package = "envs" if parts[0] == "envs" else parts[1] if len(parts) > 2 or MODULES[module].name == "__init__.py" \
+        else "(root)"
+    (index,) = [i for i, names in enumerate(LAYERS) if package in names]
+    return index
+
+
+def test_every_import_goes_down_the_layers():
+    upward = sorted(f"{m} -> {t}" for m in MODULES for t in imports_of(m) if layer_of(t) > layer_of(m))
+    assert not upward, "imports against the package order (tests/test_layout.py LAYERS): " + "; ".join(upward)
+
+
+def test_the_layers_are_the_order_the_architecture_page_lists():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^ *(\d+) ([a-z_(). ,]+?) {2,}", text[text.index("## Package order"):], flags=re.M)
+    assert [tuple(name.strip() for name in names.split(",")) for _, names in listed] == list(LAYERS)
+
+
 def test_the_env_side_reads_only_the_shared_vocabulary_of_the_gateway():
     for module in (m for m in MODULES if m.startswith("envs")):
         gateway = sorted(i for i in imports_of(module) if i == "rollout.gateway" or i.startswith("rollout.gateway."))

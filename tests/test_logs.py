@@ -13,7 +13,7 @@ import pytest
 
 import rollout.cli
 from rollout.errors import ConfigError
-from rollout.gateway.__main__ import build_parser as build_gateway_parser
+from rollout.gateway.launch import build_parser as build_gateway_parser
 from rollout.hydra_argv import verbosity_overrides
 from rollout.logs import (
     LIBRARY_LOGGERS,

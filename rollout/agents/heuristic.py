@@ -43,7 +43,9 @@ from typing import Any
 
 from rollout.agents.base import AgentResult, TaskTools, query_functions
 from rollout.agents.heuristic_pipeline import answer_with_pipeline, find_pipeline_tools
-from rollout.agents.heuristic_reading import (
+from rollout.answer_tag import refuse_answer_tag
+from rollout.events import EventLog, LLMOutputEvent
+from rollout.question_reading import (
     IDENTIFIER,
     Evidence,
     QuestionPlan,
@@ -52,8 +54,6 @@ from rollout.agents.heuristic_reading import (
     keywords,
     plan_question,
 )
-from rollout.answer_tag import refuse_answer_tag
-from rollout.events import EventLog, LLMOutputEvent
 from rollout.records import ToolResult
 
 logger = logging.getLogger(__name__)

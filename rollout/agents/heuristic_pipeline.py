@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rollout.agents.heuristic_reading import (
+from rollout.question_reading import (
     Evidence,
     QuestionPlan,
     extract_answer,

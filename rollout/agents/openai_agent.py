@@ -4,7 +4,7 @@ vLLM, SGLang, OpenAI and Ollama all speak this wire format, so one loop covers t
 sees the mode's system prompt, the question and the tools the environment offers (re-read every
 turn, since dynamic tool sets change them), asks for tool calls, reads their results, and ends
 the task with a message that calls no tool. HTTP, timeouts and retries live in
-`rollout.agents.llm_client`.
+`rollout.llm.chat_client`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rollout.agents.base import AgentResult, TaskTools, call_tool, query_functions
-from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest, refused
-from rollout.agents.llm_settings import refuse_sampling_seed
 from rollout.agents.text_tool_calls import TextToolCalls, find_text_tool_calls, no_parser_message, unread_call_error
 from rollout.answer_tag import check_answer_tag, last_answer, system_prompt_with_answer_tag, tag_strings
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError, UnreadableToolCall
 from rollout.events import CUT_AT_LIMIT, EventLog, LLMOutputEvent, LLMThinkingEvent
+from rollout.llm.chat_client import ChatClient, Completion, LLMSettings, RetryPolicy, ToolCallRequest, refused
+from rollout.llm.settings import refuse_sampling_seed
 from rollout.run_folder import spec_name
 
 logger = logging.getLogger(__name__)

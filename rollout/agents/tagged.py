@@ -3,7 +3,7 @@
 Checkpoints trained by Search-R1, R1-Searcher or ReCall call no tools natively: they write `<search> query
 </search>` and continue after the harness appends `<information>…</information>` to their own text. This agent
 runs that loop against an OpenAI-compatible server, with the protocol (tags, templates, feedback, instruction)
-from `rollout.agents.tag_protocol` and HTTP, retries and the preflight from `rollout.agents.llm_client`.
+from `rollout.agents.tag_protocol` and HTTP, retries and the preflight from `rollout.llm.chat_client`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rollout.agents.base import AgentResult, TaskTools, call_tool
-from rollout.agents.chat_template import ChatTemplate, load_chat_template
-from rollout.agents.llm_client import ChatClient, Completion, LLMSettings, RetryPolicy, plain
-from rollout.agents.llm_settings import refuse_sampling_seed
 from rollout.agents.tag_protocol import Step, Tag, TagProtocol
 from rollout.answer_tag import refuse_answer_tag
 from rollout.errors import ConfigError, ContextWindowExceeded
 from rollout.events import EventLog, LLMOutputEvent, LLMThinkingEvent
+from rollout.llm.chat_client import ChatClient, Completion, LLMSettings, RetryPolicy, plain
+from rollout.llm.chat_template import ChatTemplate, load_chat_template
+from rollout.llm.settings import refuse_sampling_seed
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from hydra.utils import get_class, instantiate
 
 from envs.http_mcp_env import DEFAULT_SYSTEM_PROMPT
 from rollout.answer_tag import system_prompt_with_answer_tag
+from rollout.data.dataset import QuestionSet, data_sources
 from rollout.errors import ConfigError, ExportError, RolloutError
 from rollout.export.formats import PromptRow
 from rollout.export.trajectories import FUNCTION_CALLING_AGENTS
 from rollout.run.config import RunConfig, compose_without_corpus
-from rollout.run.dataset import QuestionSet, data_sources
 
 OpeningMessages = Callable[[str], list[dict[str, Any]]]
 LLM_AGENT = "rollout.agents.openai_agent.OpenAIAgent"

@@ -19,11 +19,11 @@ from pydantic import BaseModel, Field
 
 from rollout.data.corpus_store import CorpusStore, source_id_of
 from rollout.gateway.steps import RecentResults, StepSettings
+from rollout.llm.token_count import TokenCounter, load_token_counter
 from rollout.records import Passage
 from rollout.retrieval import Retriever
 from rollout.retrieval.base import PAD_INDEX
 from rollout.retrieval.recall import recall
-from rollout.retrieval.token_count import TokenCounter, load_token_counter
 from rollout.wire import MAX_DOCS_PER_CALL
 
 

@@ -26,7 +26,7 @@ from mcp_types import CallToolRequestParams
 
 from rollout.accounting import CallAccounting
 from rollout.events import CUT_AT_LIMIT
-from rollout.retrieval.token_count import TokenCounter
+from rollout.llm.token_count import TokenCounter
 from rollout.wire import META_ACCOUNTING, result_text
 
 

@@ -64,9 +64,9 @@ from mcp_types import CallToolResult, Tool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from envs.mcp_session import McpSession
-from envs.mcp_transport import describe
-from envs.schema import mcp_tool_to_function
+from rollout.mcp_client.schema import mcp_tool_to_function
+from rollout.mcp_client.session import McpSession
+from rollout.mcp_client.transport import describe
 from rollout.wire import (
     META_ACCOUNTING,
     META_ATTEMPT,

@@ -79,7 +79,6 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from envs.mcp_transport import describe
 from rollout.errors import ConfigError
 from rollout.gateway.encodable import lone_surrogate
 from rollout.gateway.knowledge import KnowledgeBase
@@ -87,6 +86,7 @@ from rollout.gateway.proxy import HEADER_ATTEMPT, HEADER_CALL_ID, HEADER_TASK_ID
 from rollout.gateway.retrieve_queue import QueryQueue
 from rollout.gateway.stats import CallStat, StatsCollector, ledger_lines
 from rollout.gateway.tool_params import _on_daemon_thread
+from rollout.mcp_client.transport import describe
 from rollout.records import Passage
 from rollout.wire import HEADER_STEP, HEADER_TRAFFIC
 

@@ -17,14 +17,8 @@ import logging
 from typing import Any
 
 from rollout.errors import ConfigError
-from rollout.gateway.__main__ import (
-    build_parser,
-    corpus_of,
-    load_knowledge_base,
-    open_collector,
-    option_error,
-)
 from rollout.gateway.http_app import gateway_app
+from rollout.gateway.launch import build_parser, corpus_of, load_knowledge_base, open_collector, option_error
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway
 from rollout.gateway_file import VISUALIZE_GROUP, load_gateway_file

@@ -14,7 +14,7 @@ An agent calls them one by one (the `rag_pipeline.json` gateway file); each work
 - chunk: the documents' passages cut into chunks, re-ranked against a query when one is given, within a
   budget of the gateway tokenizer's tokens (`rollout.retrieval.recall`);
 - generate: an answer from the documents, by the LLM endpoint, or offline by an extractive reader
-  (`rollout.agents.heuristic_reading`, the span of the asked-for kind that best matches the question);
+  (`rollout.question_reading`, the span of the asked-for kind that best matches the question);
   an LLM answer cut at its token limit is returned marked `truncated`;
 - search sources: keyword search restricted to a sub-folder of a corpus made from a folder of files;
 - the results of the calls above are remembered per task, so `visualize_doc_relevance` can show them.
@@ -37,7 +37,7 @@ from rollout.gateway.metering import timed_llm_call
 from rollout.relevance_view import RelevanceRow
 
 if TYPE_CHECKING:
-    from rollout.agents.llm_settings import LLMSettings
+    from rollout.llm.settings import LLMSettings
 
 COSINE_ZERO = 0.2
 COSINE_TEN = 0.7
@@ -132,8 +132,8 @@ class StepLLM:
                  max_tokens: int | None = None) -> list[StepReply]:
         """The reply to each request (sent concurrently, on `model` or the configured one); `EndpointFailed` when
         one fails for good. A client per call: calls run on several threads, each in its own event loop."""
-        from rollout.agents.llm_client import ChatClient, RetryPolicy
         from rollout.errors import LLMError
+        from rollout.llm.chat_client import ChatClient, RetryPolicy
 
         settings = self.settings if not model else replace(self.settings, model=model)
         client = ChatClient(settings, RetryPolicy(max_retries=settings.max_retries))

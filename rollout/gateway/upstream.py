@@ -28,7 +28,7 @@ Failures:
   the gateway nor every environment that lists it;
 - the upstream dies later: its calls answer at once with an `is_error` result marked
   `_meta["rollout/outcome"] = "upstream_unavailable"` (the HTTP proxy answers 502), while the
-  session (an `envs.mcp_session.McpSession`) reopens itself in the background with backoff, at
+  session (an `rollout.mcp_client.session.McpSession`) reopens itself in the background with backoff, at
   least every `retry_interval_s`, so a restarted upstream comes back by itself.
 
 Built from the SDK's public seams: an `Extension` intercepts `tools/call` for upstream tool
@@ -48,13 +48,13 @@ from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp_types import REQUEST_TIMEOUT, CallToolRequestParams, CallToolResult, TextContent, Tool
 
-from envs.mcp_session import McpSession
-from envs.mcp_transport import describe, is_transport_failure, root_cause
-from envs.schema import FALLBACK_PARAMETERS, input_schema_to_parameters
 from rollout.errors import ConfigError, GatewayError, SchemaError
 from rollout.gateway.tool_params import check_pins, hide_pinned, schema_parameter_checks
 from rollout.gateway.toolsets import ToolSet
 from rollout.gateway_file import TOOLSET_RESOURCE_TYPE, GatewayFile, GatewayModule
+from rollout.mcp_client.schema import FALLBACK_PARAMETERS, input_schema_to_parameters
+from rollout.mcp_client.session import McpSession
+from rollout.mcp_client.transport import describe, is_transport_failure, root_cause
 from rollout.wire import (
     META_ATTEMPT,
     META_CALL_ID,

@@ -13,7 +13,7 @@ ended out of context (`TaskResult.out_of_context`) overflowed by the model's own
   results and the feedback sent back (tool messages, and user messages after the question).
 
 The summary's warning then names `llm.sampling.max_tokens`; otherwise the fix for long conversations
-(`rollout.agents.context_window.FIX`).
+(`rollout.llm.context_window.FIX`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.agents.context_window import FIX, OWN_OUTPUT_FIX, budget_in, window_in
 from rollout.events import CUT_AT_LIMIT, LLMOutputEvent
+from rollout.llm.context_window import FIX, OWN_OUTPUT_FIX, budget_in, window_in
 from rollout.records import TaskResult
 
 RUNAWAY_SHARE = 0.5

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from rollout.agents.context_window import budget_in
-from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy, plain
-from rollout.agents.llm_settings import named_as
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
+from rollout.llm.chat_client import ChatClient, LLMSettings, RetryPolicy, plain
+from rollout.llm.context_window import budget_in
+from rollout.llm.settings import named_as
 from rollout.records import TaskKey, TaskResult
 from rollout.report.browsecomp_leaderboard import final_response
 from rollout.report.judge_presets import JUDGE_CORRECT, JudgePreset, Verdict, get_preset

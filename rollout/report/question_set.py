@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import ReportError
-from rollout.run.identity_keys import HASH_CHARS, question_set_name
+from rollout.identity_keys import HASH_CHARS, question_set_name
 from rollout.run_folder import FINGERPRINT_FILE, read_config, read_json
 
 DEMO_SETTINGS = ("n_passages", "n_questions", "seed")

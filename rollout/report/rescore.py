@@ -85,7 +85,7 @@ def score_folder(run_dir: Path | str, cfg: ScoringConfig, facts: RunFacts, *,
     summary = summarize(
         # Messages kept: the final one states the answer's confidence (calibration); events: each request's prompt
         # tokens, against what the tools returned (`rollout.report.tool_reach`), its timings
-        # (`rollout.report.endpoint`), and the turns compared for repeats (`rollout.report.repetition`).
+        # (`rollout.report.endpoint`), and the turns compared for repeats (`rollout.repetition`).
         (r for r in iter_trajectory(run_dir, keep=("messages", "events")) if asked is None or asked(r.key)),
         mode=cfg.mode, gateway_file=cfg.gateway_file, wall_time_s=facts.wall_time_s, complete=facts.complete,
         score_failed=cfg.score_failed, deterministic_agent=facts.deterministic_agent,

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from rollout.repetition import Repetition
 from rollout.report.browsecomp_leaderboard import BrowseCompPlusTally, judge_of
 from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
 from rollout.report.calls import run_mode
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
 from rollout.report.question_set import RunQuestionSet
-from rollout.report.repetition import Repetition
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
 from rollout.summary import BrowseCompPlusScores, Calibration, RunAccounting
@@ -87,7 +87,7 @@ class RunRow:
     browsecomp_plus: BrowseCompPlusScores | None = None
     """BrowseComp-Plus' leaderboard numbers of the run (None for a run that is not BrowseComp-Plus')."""
     repeated_calls: int = 0
-    """Tool calls repeating an earlier call of their task (`rollout.report.repetition`), over every record."""
+    """Tool calls repeating an earlier call of their task (`rollout.repetition`), over every record."""
     repeated_call_share: float | None = None
     """Of all the run's tool calls (None without calls)."""
     repeated_turns: int = 0

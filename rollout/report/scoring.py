@@ -49,16 +49,16 @@ from rich.table import Table
 from rollout.accounting import AGENT
 from rollout.console import ReadableConsole
 from rollout.records import TaskResult, TaskStatus
+from rollout.repetition import Repetition
 from rollout.report.browsecomp_leaderboard import BrowseCompPlusTally, judge_of, print_block
 from rollout.report.calibration import CalibrationTally, calibration_line, correctness_metric, task_confidence
 from rollout.report.context_overflow import ContextOverflowTally
 from rollout.report.costs import AccountingTally
 from rollout.report.endpoint import EndpointTally, endpoint_line
-from rollout.report.tool_reach import ToolReachTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
-from rollout.report.repetition import Repetition
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
+from rollout.report.tool_reach import ToolReachTally
 from rollout.report.unfinished import UnfinishedCalls
 from rollout.summary import (
     BUILTIN_METRICS,

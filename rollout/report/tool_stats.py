@@ -25,7 +25,7 @@ Definitions
   same normalised `query` argument (case-folded, whitespace collapsed), whatever its other arguments;
   `repeated_query_share` is repeated calls / calls with a `query` argument (the retrieval table).
 - `repeated_calls` (every table and the summary) counts the calls that repeat an earlier call of their
-  task with every argument the same once normalised (`rollout.report.repetition`: a different `top_k`
+  task with every argument the same once normalised (`rollout.repetition`: a different `top_k`
   is another call); `repeated_call_share` is repeated calls / calls. Calls whose arguments no
   trajectory holds (a gateway run on its own, a trainer's calls) never count as repeats.
 """
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rollout.repetition import arguments_key, normalise_text
 from rollout.report.calls import run_mode, split_calls
-from rollout.report.repetition import arguments_key, normalise_text
 from rollout.run_folder import STATS_DIR, is_run_folder, read_degraded_tools, write_report
 from rollout.wire import OUTCOMES
 
@@ -133,7 +133,7 @@ def _first_of_their_kind(keys: pd.DataFrame) -> pd.Series:
 
 def repeated_calls(df: pd.DataFrame) -> pd.Series:
     """Whether each call of `df` repeats an earlier call of its task (question and repeat) with the same tool and
-    normalised arguments (`rollout.report.repetition`), in time order; False where the arguments are unknown."""
+    normalised arguments (`rollout.repetition`), in time order; False where the arguments are unknown."""
     repeated = pd.Series(False, index=df.index, dtype=bool)
     known = df["arguments"].notna() & df["task_id"].notna()
     if known.any():

@@ -5,7 +5,7 @@
 Only the corpus is read: the dataset's question (and qrels) settings may stay unset. The corpus is written into its
 store (`rollout.data.corpus_store`) here; then the dense index is encoded by Ray Data actors (GPUs with
 `build.gpus_per_encoder`) and assembled here, and BM25's tokenizing runs as Ray tasks (`rollout.retrieval.ray_build`).
-The console reads as a run's: Ray's lines in the one format (`rollout.run.ray_console`), and a line on how far the
+The console reads as a run's: Ray's lines in the one format (`rollout.ray_console`), and a line on how far the
 encoding is (`rollout.retrieval.encode_progress`). Each index lands in the cache under the key a run computes, so
 `python -m rollout ... cache_dir=SAME` loads it instead of building (with `retriever.dense.shards=S`, the S shards of
 the dense index, `rollout.retrieval.dense_shards`). `retriever.kind` picks the indexes (all, dense,
@@ -27,15 +27,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rollout.data import materialize_corpus, open_corpus
 from rollout.data.browsecomp_plus import check_corpus_spec, read_offline
+from rollout.data.dataset import DatasetConfig, data_sources
 from rollout.errors import ConfigError, RolloutError
 from rollout.hydra_argv import hydra_argv
 from rollout.logs import RAY_WORKER_SETUP_HOOK, apply_verbosity, levels, parse_verbose, ray_worker_env
 from rollout.paths import CONF_DIR, default_cache_dir
+from rollout.ray_console import forward_worker_logs, native_lines_logged, quiet_token_notice
 from rollout.retrieval.cache import load_or_build_indexes
 from rollout.retrieval.params import RetrievalParams
 from rollout.retrieval.ray_build import RayBuild
-from rollout.run.dataset import DatasetConfig, data_sources
-from rollout.run.ray_console import forward_worker_logs, native_lines_logged, quiet_token_notice
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def corpus_file(ds: DatasetConfig, cache_dir: Path) -> Path:
 
 @contextlib.contextmanager
 def ray_for_the_build(address: str | None, verbose: int) -> Iterator[None]:
-    """Ray for the build, its console as a run's (`rollout.run.ray_console`): the workers' lines and Ray's own in
+    """Ray for the build, its console as a run's (`rollout.ray_console`): the workers' lines and Ray's own in
     the one format, Ray's token notice left out; shut down at the end.
 
     `ray.address: null` is a Ray of the build's own, as for a run: Ray's default would join any cluster a

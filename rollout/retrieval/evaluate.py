@@ -38,6 +38,7 @@ from rich.table import Table
 
 from rollout.console import ReadableConsole
 from rollout.data import CorpusStore, open_corpus
+from rollout.data.dataset import DatasetConfig, prepare_data
 from rollout.errors import DataError, RolloutError
 from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity, parse_verbose
@@ -48,10 +49,18 @@ from rollout.report.metrics import normalize_answer
 from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
 from rollout.retrieval.document_run import document_run
 from rollout.retrieval.params import SparseParams
-from rollout.retrieval.trec import (BROWSECOMP_PLUS_MEASURES, Measure, Qrels, RunDepth, TrecScores, binary_qrels,
-                                    read_qrels, write_qrels, write_run)
+from rollout.retrieval.trec import (
+    BROWSECOMP_PLUS_MEASURES,
+    Measure,
+    Qrels,
+    RunDepth,
+    TrecScores,
+    binary_qrels,
+    read_qrels,
+    write_qrels,
+    write_run,
+)
 from rollout.retrieval.trec import evaluate as trec_evaluate
-from rollout.run.dataset import DatasetConfig, prepare_data
 
 logger = logging.getLogger(__name__)
 

@@ -89,7 +89,7 @@ def encode_on_ray(passages: Sequence[Passage], params: DenseParams, cache_dir: P
     import ray
     import ray.data
 
-    from rollout.run.ray_console import quiet_notice  # here: it imports Ray, which a gateway that imports this lacks
+    from rollout.ray_console import quiet_notice  # here: it imports Ray, which a gateway that imports this lacks
 
     store = _store_path(passages)
     n = len(passages)

@@ -3,7 +3,7 @@
 Used by the gateway's `recall_documents` and `chunk_documents` tools. Passages longer than `chunk_tokens`
 whitespace tokens are split into consecutive windows (the corpus chunker's, without overlap); the chunks
 are scored with Okapi BM25 whose document frequencies are taken over those chunks alone, and returned best
-first up to `max_tokens` tokens of the given tokenizer (`rollout.retrieval.token_count`), the chunk that
+first up to `max_tokens` tokens of the given tokenizer (`rollout.llm.token_count`), the chunk that
 crosses the budget cut where a token ends. Without a query the chunks keep the order given.
 
 The IDF here is Lucene's, ln(1 + (N - df + 0.5) / (df + 0.5)), whatever the index's (`retriever.sparse.method`): over a
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rollout.data.chunking import iter_chunks
+from rollout.llm.token_count import TokenCounter
 from rollout.records import Passage
-from rollout.retrieval.token_count import TokenCounter
 from rollout.retrieval.tokenizer import tokenize_batch
 
 DEFAULT_K1 = 1.5

@@ -22,17 +22,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from rollout.data.dataset import unread_dataset_override
 from rollout.hydra_argv import hydra_argv
 from rollout.logs import apply_verbosity
 from rollout.paths import CONF_DIR
 from rollout.run.config import RunConfig
-from rollout.run.dataset import unread_dataset_override
 from rollout.run.driver import run
 from rollout.run.interpolations import unknown_interpolation
 from rollout.run.outcome import EXIT_BAD_INPUT, EXIT_INTERRUPTED, JobEnd, RunOutcome, job_end, sweep_end
 from rollout.run.ray_session import ray_for_the_sweep
 from rollout.run.refused import holds_nothing, holds_only_the_log, remove_refused_folder
-from rollout.run.sweep_folders import swept_keys, sweeping
+from rollout.run.sweep_folders import sweeping, swept_keys
 from rollout.run.sweep_gateway import gateway_for_the_sweep
 from rollout.wire import TOKEN_ENV
 

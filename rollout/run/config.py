@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError
 
-from rollout.agents.sampling_keys import check_sampling_keys
+from rollout.data.dataset import DatasetConfig
 from rollout.errors import ConfigError
 from rollout.gateway_file import load_gateway_file
+from rollout.identity_keys import identity_overrides, run_suffix, shards_change_results
+from rollout.llm.sampling_keys import check_sampling_keys
 from rollout.logs import parse_verbose
 from rollout.paths import CONF_DIR, PROJECT_ROOT, default_cache_dir
 from rollout.retrieval.params import RetrievalParams
-from rollout.run.dataset import DatasetConfig
-from rollout.run.identity_keys import identity_overrides, run_suffix, shards_change_results
 from rollout.run.sweep_folders import folder_parts
 from rollout.wire import MAX_DOCS_PER_CALL
 

@@ -22,20 +22,20 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from envs.http_mcp_rag_env import keep_rag_modules
-from rollout.agents.llm_trouble import watch_llm_trouble
 from rollout.console import ReadableConsole
 from rollout.data import is_source_folder
+from rollout.data.dataset import prepare_data
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.events import AnyEvent
 from rollout.gateway.tools import SERVED_RESOURCE_TYPES
 from rollout.gateway_file import load_gateway_file
+from rollout.llm.trouble import watch_llm_trouble
 from rollout.logs import QUIET, verbosity_flags
 from rollout.records import TaskKey, TaskResult
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
 from rollout.report.scoring import print_summary
 from rollout.report.user_scorers import load_scorers
 from rollout.run.config import RunConfig
-from rollout.run.dataset import prepare_data
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock

@@ -23,11 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.agents.chat_template import load_chat_template
 from rollout.cache_folder import writes_cache
-from rollout.run.config import RunConfig
-from rollout.run.dataset import PreparedData
-from rollout.run.identity_keys import (
+from rollout.data.dataset import PreparedData
+from rollout.identity_keys import (
     DEMO_ONLY,
     HASH_CHARS,
     SHARDS_KEY,
@@ -36,6 +34,8 @@ from rollout.run.identity_keys import (
     sha256_hex,
     shards_change_results,
 )
+from rollout.llm.chat_template import load_chat_template
+from rollout.run.config import RunConfig
 from rollout.run_folder import spec_name
 
 

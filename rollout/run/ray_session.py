@@ -20,8 +20,8 @@ from typing import Any
 import ray
 
 from rollout.logs import RAY_WORKER_SETUP_HOOK, levels, ray_worker_env
+from rollout.ray_console import forward_worker_logs, quiet_token_notice
 from rollout.run.config import RunConfig
-from rollout.run.ray_console import forward_worker_logs, quiet_token_notice
 from rollout.run.ray_start import lean_start
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """A sweep's job folders are named by the keys the sweep varies, not by every override of the command line.
 
 `python -m rollout -m mode=dense,sparse agent=openai llm.base_url=http://127.0.0.1:8000/v1 llm.model=Qwen/...`
-gives each job every identity override (`rollout.run.identity_keys.identity_overrides`): in its config, its
+gives each job every identity override (`rollout.identity_keys.identity_overrides`): in its config, its
 identity and its comparison label alike. Its folder is named by those of the keys given several values alone
 (`results/demo/dense`; `-m agent.top_k=1,5` still gives `results/demo/hybrid,agent.top_k=1`), so that folder
 names stay short, and rerunning the same sweep finds the same folders. A single run keeps naming its folder by

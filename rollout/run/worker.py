@@ -14,12 +14,12 @@ import ray
 from hydra.utils import instantiate
 
 from envs import HttpMCPRagEnv, TaskSession
-from envs.mcp_session import backoff_delay
-from envs.mcp_transport import is_transport_failure
 from rollout.agents.base import Agent, AgentResult
 from rollout.errors import GatewayError, ServerSetupError
 from rollout.events import AnyEvent, CompletionEvent, ErrorEvent, EventLog, LLMOutputEvent
 from rollout.logs import configure_ray_worker
+from rollout.mcp_client.session import backoff_delay
+from rollout.mcp_client.transport import is_transport_failure
 from rollout.records import Question, TaskResult, TaskStatus, ToolCallRecord, ToolResult, wire_task_id
 from rollout.run_folder import spec_name
 from rollout.wire import INFRA_OUTCOMES
@@ -124,7 +124,7 @@ class RolloutWorker:
         self._live: deque[tuple[str, AnyEvent]] | None = deque(maxlen=LIVE_EVENT_BUFFER) if watch else None
 
     def __repr__(self) -> str:
-        # Ray names the actor's forwarded log lines with this (rollout.run.ray_console).
+        # Ray names the actor's forwarded log lines with this (rollout.ray_console).
         return self.worker_id
 
     def use_env(self, env_spec: EnvSpec) -> None:
@@ -158,7 +158,7 @@ class RolloutWorker:
                 if e.__cause__ is None or not is_transport_failure(e.__cause__) or time.monotonic() > deadline:
                     raise
                 delay = backoff_delay(attempt)  # as the session itself backs off when it reconnects
-                # The run's log names the worker (rollout.run.ray_console).
+                # The run's log names the worker (rollout.ray_console).
                 logger.warning("gateway unreachable (%s); trying again in %.1f s", e.__cause__, delay)
             await asyncio.sleep(delay)
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rollout.agents.tag_protocol import TagProtocol
+from rollout.data.dataset import QuestionSet, data_sources
 from rollout.errors import ConfigError
 from rollout.records import Question
 from rollout.run.config import RunConfig, compose_without_corpus
-from rollout.run.dataset import QuestionSet, data_sources
 
 DEFAULT_TEXT_AGENT = "agent=search_r1"
 """The agent of a text policy's experiment that names none (a run's default agent calls tools natively)."""

@@ -113,7 +113,7 @@ async def compute_judge_score(
     which `rollout export --format verl-rl` writes. A judge that cannot be asked is a `JudgeError` naming the fix:
     a reward the judge never gave would train on nothing."""
     # The judge's modules (openai's client) are imported by the judge's reward only.
-    from rollout.agents.llm_client import ChatClient, RetryPolicy
+    from rollout.llm.chat_client import ChatClient, RetryPolicy
     from rollout.report.judge import JudgeError, JudgeSettings, gold_target, unanswered
     from rollout.report.judge_presets import JUDGE_CORRECT
 

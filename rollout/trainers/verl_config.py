@@ -8,7 +8,7 @@ verl (0.9.1) reads the file named by `actor_rollout_ref.rollout.multi_turn.tool_
 its `tool_schema`, the function spec the policy is shown. The specs are the gateway's own: its tools are listed
 from the gateway built in-process with the options it will serve with (no corpus or index is loaded; the schemas
 state only the options' defaults, e.g. `--default-top-k`), kept and converted by the environment the evaluation's
-agents use (`HttpMCPRagEnv.offered`, `envs.schema.mcp_tool_to_function`), so the policy in training reads the tool
+agents use (`HttpMCPRagEnv.offered`, `rollout.mcp_client.schema.mcp_tool_to_function`), so the policy in training reads the tool
 list the evaluated agent reads. This module needs no verl: the tool itself is `rollout.trainers.verl`.
 """
 

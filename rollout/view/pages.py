@@ -23,10 +23,10 @@ from statistics import mean
 from typing import Any
 
 from rollout.errors import ReportError
+from rollout.repetition import Repetition
 from rollout.report.compare import Comparison, compare_runs
 from rollout.report.extra_scores import ExtraScores, read_scores, scores_dir
 from rollout.report.question_set import RunQuestionSet, question_set_line, run_question_set, shared_question_set
-from rollout.report.repetition import Repetition
 from rollout.report.run_folders import distinct_labels
 from rollout.report.scoring import STATUSES, metric_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path

@@ -1,5 +1,5 @@
 """The run's progress bar: done/total, running EM over `ok` tasks, failures, tool calls per second, and the LLM
-requests that timed out, were retried or were slow so far (`rollout.agents.llm_trouble`), when there were any."""
+requests that timed out, were retried or were slow so far (`rollout.llm.trouble`), when there were any."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from rollout.agents.llm_trouble import LLMTroubleLog
+from rollout.llm.trouble import LLMTroubleLog
 from rollout.records import TaskResult
 from rollout.report.metrics import exact_match
 

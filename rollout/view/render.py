@@ -32,8 +32,8 @@ from rollout.events import (
 )
 from rollout.records import TaskResult
 from rollout.relevance_view import is_relevance_view
+from rollout.repetition import TaskRepeats, task_repeats
 from rollout.report.metrics import exact_match
-from rollout.report.repetition import TaskRepeats, task_repeats
 
 STATUS_STYLE = {"ok": "green", "error": "bold red", "timeout": "bold red", "infra_error": "bold red"}
 KIND_WIDTH = 7

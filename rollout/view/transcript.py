@@ -21,8 +21,8 @@ from rollout.events import (
 )
 from rollout.records import TaskResult, ToolCallRecord
 from rollout.relevance_view import is_relevance_view
+from rollout.repetition import task_repeats
 from rollout.report.extra_scores import ExtraScores
-from rollout.report.repetition import task_repeats
 from rollout.view.index import TrajectoryIndex
 from rollout.view.render import finish_note
 
@@ -70,7 +70,7 @@ class TimelineEntry:
     card: ToolCard | None = None
     repeated: str = ""
     """For a call that repeats an earlier one of the task, or a turn the same as the one before: which
-    (`rollout.report.repetition`), e.g. "repeats call 1"; "" otherwise."""
+    (`rollout.repetition`), e.g. "repeats call 1"; "" otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

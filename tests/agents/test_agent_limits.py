@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from rollout.agents.context_window import ContextBudget, is_context_overflow
 from rollout.agents.openai_agent import OpenAIAgent
 from rollout.agents.text_tool_calls import find_text_tool_calls
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError, ServerSetupError, UnreadableToolCall
 from rollout.events import EventLog, LLMOutputEvent
-from rollout.retrieval.encoder import bundled_model_path
+from rollout.llm.context_window import ContextBudget, is_context_overflow
+from rollout.paths import bundled_model_path
 from tests.agents.chat_server import (
     OVERFLOW_BODIES,
     UNREADABLE_CALL_SAID,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.agents.gguf_header import GGUFFormatError, read_gguf_metadata
+from rollout.llm.gguf_header import GGUFFormatError, read_gguf_metadata
 
 gguf = pytest.importorskip("gguf")
 

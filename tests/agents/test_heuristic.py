@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 import rollout.agents.heuristic as heuristic_module
-import rollout.agents.heuristic_reading as reading_module
+import rollout.question_reading as reading_module
 from rollout.agents.base import Agent
 from rollout.agents.heuristic import HeuristicAgent, find_retrieval_tools
-from rollout.agents.heuristic_reading import plan_question
 from rollout.events import EventLog
+from rollout.question_reading import plan_question
 from rollout.records import ToolResult
 
 DENSE = "query_knowledge_base_dense"

@@ -10,8 +10,8 @@ import pytest
 
 from rollout.agents.heuristic import HeuristicAgent
 from rollout.agents.heuristic_pipeline import find_pipeline_tools
-from rollout.agents.heuristic_reading import Evidence, extract_answer, plan_question
 from rollout.events import EventLog
+from rollout.question_reading import Evidence, extract_answer, plan_question
 from rollout.records import ToolResult
 
 RETRIEVE, FILTER, CHUNK, GENERATE = "retrieve_documents", "filter_documents", "chunk_documents", "generate_answer"

@@ -10,8 +10,9 @@ import logging
 
 import pytest
 
-from rollout.agents.llm_client import ChatClient, LLMSettings, RetryPolicy
-from rollout.agents.llm_trouble import (
+from rollout.errors import LLMError
+from rollout.llm.chat_client import ChatClient, LLMSettings, RetryPolicy
+from rollout.llm.trouble import (
     LOGGER,
     RETRYING,
     SHOWN_PER_KIND,
@@ -22,8 +23,7 @@ from rollout.agents.llm_trouble import (
     kinds_of,
     watch_llm_trouble,
 )
-from rollout.errors import LLMError
-from rollout.run.ray_console import log_batch
+from rollout.ray_console import log_batch
 from rollout.view.progress import LLMTroubleColumn
 from tests.agents.chat_server import MODEL, answer, error
 
@@ -90,9 +90,9 @@ def test_a_run_shows_the_first_few_of_each_kind_then_tenfold_counts():
 
 
 def test_a_workers_lines_forwarded_by_ray_are_counted_in_the_driver(caplog):
-    """The worker logs each line; Ray hands them to the driver's logging (rollout.run.ray_console), where the run's
+    """The worker logs each line; Ray hands them to the driver's logging (rollout.ray_console), where the run's
     filter counts them and shows the first few."""
-    lines = [f"12:00:0{i % 10} WARNING rollout.agents.llm_client: {RETRYING} HTTP 503 from http://x/v1; retry 1 of 5"
+    lines = [f"12:00:0{i % 10} WARNING rollout.llm.chat_client: {RETRYING} HTTP 503 from http://x/v1; retry 1 of 5"
              for i in range(12)]
     with caplog.at_level(logging.WARNING), watch_llm_trouble() as trouble:
         log_batch({"lines": lines, "actor_name": "worker-0", "pid": 7})

@@ -15,7 +15,6 @@ import pytest
 from hydra.utils import instantiate
 
 from envs import HttpMCPRagEnv
-from rollout.agents.llm_client import LLMSettings, RetryPolicy
 from rollout.agents.openai_agent import (
     FINAL_TURN_PROMPT,
     OpenAIAgent,
@@ -31,6 +30,7 @@ from rollout.events import (
     ToolResultEvent,
 )
 from rollout.gateway_file import GATEWAYS_DIR
+from rollout.llm.chat_client import LLMSettings, RetryPolicy
 from rollout.run.config import compose_run_config
 from tests.agents.chat_server import (
     MODEL,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rollout.agents.llm_client import LLMSettings
-from rollout.agents.sampling_keys import check_sampling_keys
 from rollout.errors import ConfigError
+from rollout.llm.chat_client import LLMSettings
+from rollout.llm.sampling_keys import check_sampling_keys
 from rollout.run.config import compose_run_config
 from tests.run.test_exit_status import python_m_rollout
 

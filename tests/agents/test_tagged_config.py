@@ -11,10 +11,10 @@ import pytest
 from hydra.utils import instantiate
 
 from envs import HttpMCPRagEnv
-from rollout.agents.chat_template import load_chat_template
 from rollout.agents.tagged import TaggedAgent
 from rollout.errors import ConfigError
 from rollout.gateway_file import GATEWAYS_DIR
+from rollout.llm.chat_template import load_chat_template
 from rollout.run.config import compose_run_config
 from rollout.run.driver import check_agent_tools
 from rollout.run.identity import identity_settings

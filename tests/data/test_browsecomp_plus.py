@@ -10,9 +10,9 @@ import pytest
 
 from rollout.data import open_corpus
 from rollout.data.browsecomp_plus import CORPUS_DOWNLOAD, QrelsSpec, read_qrels, read_qrels_spec
+from rollout.data.dataset import prepare_data
 from rollout.errors import ConfigError, DataError
 from rollout.run.config import compose_run_config
-from rollout.run.dataset import prepare_data
 from tests.data.browsecomp_fixture import BrowseCompFixture, generate, write_fixture
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from rollout.data import load_question_spec
+from rollout.data.dataset import QuestionSet
 from rollout.data.specs import QuestionSpec
 from rollout.errors import DataError
-from rollout.run.dataset import QuestionSet
 
 GOOD = [{"id": f"q{i}", "question": f"Q{i}?", "golden_answers": ["a"]} for i in range(15)]
 

@@ -35,6 +35,6 @@ def test_a_run_starts_ray_before_importing_the_mcp_sdk_or_the_report_stack():
     # What `python -m rollout` imports before Ray starts, Hydra's sweep callback included: the MCP SDK (the tool plan,
     # the tool listing), pandas and matplotlib (a sweep's comparison, the tool report) come later, and would each
     # delay every run's Ray start.
-    code = ("import rollout.run.app, rollout.report.multirun, sys; "
+    code = ("import rollout.run.app, rollout.run.multirun, sys; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'mcp_types', 'pandas', 'matplotlib'}))")
     assert run_python(code) == "[]"

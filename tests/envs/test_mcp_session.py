@@ -7,9 +7,9 @@ import contextlib
 
 import pytest
 
-from envs.mcp_session import McpSession
 from rollout.errors import GatewayError
 from rollout.listen import bind_socket
+from rollout.mcp_client.session import McpSession
 from tests.gateway.loopback import upstream_on_loopback, upstream_server
 
 UNREACHABLE = "http://127.0.0.1:9/mcp"

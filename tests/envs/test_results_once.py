@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from envs import HttpMCPEnv
-from envs.mcp_transport import mcp_client
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import GatewayFile
+from rollout.mcp_client.transport import mcp_client
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever
 from rollout.run_folder import CALLS_FILE

@@ -10,14 +10,14 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import Tool
 from pydantic import BaseModel, Field
 
-from envs.schema import (
+from rollout.errors import SchemaError
+from rollout.mcp_client.schema import (
     RefResolver,
     input_schema_to_parameters,
     mcp_tool_to_function,
     openapi_schema_to_parameters,
     pointer_lookup,
 )
-from rollout.errors import SchemaError
 
 
 def _assert_self_contained(params: dict) -> None:
@@ -397,7 +397,7 @@ def test_mcp_tool_to_function_strict_error_names_the_tool():
 def test_a_schema_that_cannot_be_converted_falls_back_to_a_plain_object_with_a_warning(caplog):
     tool = Tool(name="broken", description="Look a key up.",
                 input_schema={"type": "object", "properties": {"x": {"$ref": "#/$defs/Nope"}}})
-    with caplog.at_level(logging.WARNING, logger="envs.schema"):
+    with caplog.at_level(logging.WARNING, logger="rollout.mcp_client.schema"):
         spec = mcp_tool_to_function(tool)
     assert spec == {"type": "function",
                     "function": {"name": "broken", "description": "Look a key up.", "parameters": {"type": "object"}}}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,9 +19,9 @@ from mcp.server.mcpserver import MCPServer
 
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
-from rollout.listen import bind_socket
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import GatewayFile
+from rollout.listen import bind_socket
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever
 from rollout.run.gateway_process import GatewayProcess
@@ -130,7 +130,7 @@ def kill(gw: GatewayProcess) -> None:
 def kb_from_flags(passages: list[Passage], folder: Path, *flags: str) -> KnowledgeBase:
     """The knowledge base `python -m rollout.gateway` loads over `passages` (a FlashRAG corpus file in `folder`) with
     these command-line flags, its sparse index only."""
-    from rollout.gateway.__main__ import load_knowledge_base, parse_args
+    from rollout.gateway.launch import load_knowledge_base, parse_args
 
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": p.id, "contents": f"{p.title}\n{p.text}"}) + "\n" for p in passages))

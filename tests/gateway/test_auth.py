@@ -149,8 +149,8 @@ def test_resolve_token_prefers_the_explicit_value_and_treats_empty_as_none(monke
 
 
 def test_run_config_never_writes_the_token(tmp_path):
+    from rollout.data.dataset import DatasetConfig
     from rollout.retrieval.params import RetrievalParams
-    from rollout.run.dataset import DatasetConfig
 
     cfg = RunConfig(
         mode_name="m", gateway_config_path=SPARSE_FILE, output_dir=tmp_path,

@@ -15,16 +15,16 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from rollout.data import CorpusSpec, open_corpus
 from rollout.data.corpus_store import CorpusStore
 from rollout.errors import RetrievalError
-from rollout.gateway.__main__ import load_knowledge_base, parse_args
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.launch import load_knowledge_base, parse_args
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway
-from rollout.gateway.tools.browsecomp import snippet
 from rollout.gateway.stats import StatsCollector
+from rollout.gateway.tools.browsecomp import snippet
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.llm.token_count import TokenCounter, load_token_counter
 from rollout.retrieval import load_or_build_indexes
 from rollout.retrieval.params import RetrievalParams
-from rollout.retrieval.token_count import TokenCounter, load_token_counter
 from rollout.wire import META_CALL_ID
 from tests.conftest import shared_by_workers
 from tests.data.browsecomp_fixture import BrowseCompFixture, write_fixture
@@ -148,7 +148,7 @@ def test_the_gateway_loads_the_snippet_tokenizer_its_retriever_config_names(fixt
     params = RetrievalParams.from_dict({"snippet": {"max_tokens": 64, "tokenizer": str(tmp_path / "none")}})
     with pytest.raises(RetrievalError, match=r"^retriever\.snippet\.tokenizer="):
         load_knowledge_base(args, [], params)
-    from rollout.retrieval.encoder import bundled_model_path
+    from rollout.paths import bundled_model_path
 
     named = RetrievalParams.from_dict({"snippet": {"max_tokens": 64, "tokenizer": bundled_model_path()}})
     kb = load_knowledge_base(args, [], named)

@@ -3,13 +3,13 @@
 import pytest
 from mcp.client.client import Client
 
-from envs.schema import mcp_tool_to_function
 from rollout.agents.heuristic import find_retrieval_tools
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.mcp_client.schema import mcp_tool_to_function
 from rollout.records import Passage
 from rollout.report import load_calls
 from rollout.retrieval import BM25Retriever

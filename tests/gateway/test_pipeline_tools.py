@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from mcp.client.client import Client
 
-from rollout.agents.llm_client import LLMSettings
 from rollout.data.loaders import load_corpus_spec
 from rollout.data.specs import CorpusSpec
 from rollout.errors import ConfigError
@@ -20,6 +19,7 @@ from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway
 from rollout.gateway.steps import ANSWER_SYSTEM, COSINE_TEN, COSINE_ZERO, StepSettings, cosine_to_score, parse_score
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
+from rollout.llm.chat_client import LLMSettings
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, load_or_build_indexes
 from rollout.wire import INFRA_OUTCOMES, META_ACCOUNTING, META_TASK_ID, classify_result

@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from rollout.gateway.proxy import MAX_BODY_BYTES
+from rollout.llm.token_count import load_token_counter
 from rollout.report import load_calls
-from rollout.retrieval.token_count import load_token_counter
 from tests.gateway.loopback import SPARSE_MODULE, gateway_file, gateway_served, sparse_kb, upstream_on_loopback
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout.gateway.__main__ import option_error, parse_args
 from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.launch import option_error, parse_args
 from rollout.gateway.retrieve_api import MAX_BODY_BYTES, RetrieveApi
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout.gateway.__main__ import build_parser, load_knowledge_base, parse_args
+from rollout.gateway.launch import build_parser, load_knowledge_base, parse_args
 from rollout.gateway_file import GATEWAYS_DIR
 
 

@@ -3,15 +3,14 @@ the call's accounting (`llm_truncated`), and generate_answer marks a cut answer.
 
 from __future__ import annotations
 
-
 import pytest
 from mcp.client.client import Client
 
 from rollout.accounting import CallAccounting
-from rollout.agents.llm_client import LLMSettings
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway
 from rollout.gateway.steps import StepSettings
+from rollout.llm.chat_client import LLMSettings
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever
 from rollout.wire import META_ACCOUNTING

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from envs.mcp_session import McpSession
+from rollout.mcp_client.session import McpSession
 from rollout.paths import PROJECT_ROOT
 
 SESSIONS = 32
@@ -38,8 +38,8 @@ def serve_hanging_gateway(run_dir: str, ready_file: str) -> None:
     from rollout.gateway.knowledge import KnowledgeBase
     from rollout.gateway.registry import ToolRegistry
     from rollout.gateway.server import build_gateway, serve
-    from rollout.listen import bind_socket
     from rollout.gateway.stats import StatsCollector
+    from rollout.listen import bind_socket
     from rollout.records import Passage
     from tests.gateway.loopback import gateway_file
 

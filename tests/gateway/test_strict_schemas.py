@@ -24,11 +24,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import Tool
 from pydantic import BaseModel
 
-from envs.schema import mcp_tool_to_function
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway
 from rollout.gateway.tools import builtin_registry
 from rollout.gateway_file import GATEWAYS_DIR, GatewayFile, load_gateway_file
+from rollout.mcp_client.schema import mcp_tool_to_function
 from rollout.records import Passage
 from rollout.retrieval import load_or_build_indexes
 from rollout.wire import TOOLSETS_GROUP

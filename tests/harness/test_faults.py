@@ -79,7 +79,7 @@ def test_a_task_over_its_time_limit_keeps_its_partial_trajectory(ray_local, cach
 def test_a_dead_worker_s_tasks_run_again_elsewhere(ray_local, cache_dir, tmp_path):
     cfg = simulated(tmp_path / "run", cache_dir, "dataset.limit=12", "workers=2", "concurrency_per_worker=3")
     victim = compose_run_config(*SMALL_KB, f"cache_dir={cache_dir}")
-    from rollout.run.dataset import prepare_data
+    from rollout.data.dataset import prepare_data
 
     question = prepare_data(victim.dataset, cache_dir).questions[4].question
     cfg = replace(cfg, agent={"_target_": "tests.harness.agents.CrashOnceAgent", "question": question,

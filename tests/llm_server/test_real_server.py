@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout.agents.chat_template import load_chat_template
 from rollout.agents.openai_agent import PROBE_PROMPT
+from rollout.llm.chat_template import load_chat_template
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run.outcome import RunOutcome

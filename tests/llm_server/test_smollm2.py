@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout.agents.chat_template import load_chat_template
+from rollout.llm.chat_template import load_chat_template
 from rollout.report.cli import main as report_main
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run

@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 from bench.vera_acronyms import _B64
+from rollout.data.dataset import prepare_data
 from rollout.data.loaders import load_questions
 from rollout.paths import PROJECT_ROOT
 from rollout.run.config import compose_run_config
-from rollout.run.dataset import prepare_data
 
 
 def b64(n: int) -> str:

@@ -10,8 +10,8 @@ import random
 import pytest
 from rich.console import Console
 
-from rollout.agents.llm_client import ChatClient, RetryPolicy
-from rollout.agents.llm_trouble import LOGGER, RETRYING, SLOW, TIMEOUT_GIVING_UP, TIMEOUT_RETRYING
+from rollout.llm.chat_client import ChatClient, RetryPolicy
+from rollout.llm.trouble import LOGGER, RETRYING, SLOW, TIMEOUT_GIVING_UP, TIMEOUT_RETRYING
 from rollout.report.judge import Judge, JudgeError
 from rollout.report.judge_command import judge_run
 from tests.report.judge_runs import make_run, task
@@ -87,8 +87,8 @@ async def test_a_dead_judge_of_a_training_reward_warns_with_the_rewards_setting(
 
 
 async def test_the_agents_own_client_still_names_llm_base_url(caplog):
-    from rollout.agents.llm_settings import LLMSettings
     from rollout.errors import LLMError
+    from rollout.llm.settings import LLMSettings
 
     client = ChatClient(LLMSettings(DEAD, "m", max_retries=1), RetryPolicy(1, 0.0, 0.0))
     with caplog.at_level(logging.WARNING, LOGGER), pytest.raises(LLMError):

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from rollout.paths import CONF_DIR
 from rollout.report.compare_render import COMPARISON_COSTS_PNG, COMPARISON_MD, COMPARISON_PNG
-from rollout.report.multirun import CompareOnMultirunEnd
+from rollout.run.multirun import CompareOnMultirunEnd
 from rollout.run_folder import FINGERPRINT_FILE
 from tests.report.test_compare import dense_tasks, make, sparse_tasks
 from tests.report.test_compare_accounting import dense_run, sparse_run

@@ -10,9 +10,9 @@ import re
 import pytest
 from rich.console import Console
 
+from rollout.repetition import arguments_key, task_repeats
 from rollout.report.compare import compare_runs
 from rollout.report.compare_render import comparison_tables, write_comparison
-from rollout.report.repetition import arguments_key, task_repeats
 from rollout.report.rescore import rescore
 from rollout.report.scoring import print_summary, summarize
 from rollout.report.tool_stats import build_tool_report

@@ -17,11 +17,10 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from rollout import ray_console
 from rollout.logs import adopt_ray_data_logger, formatter
-from rollout.paths import PROJECT_ROOT
+from rollout.paths import PROJECT_ROOT, bundled_model_path
 from rollout.retrieval.encode_progress import EncodeProgress, time_left
-from rollout.retrieval.encoder import bundled_model_path
-from rollout.run import ray_console
 from tests.test_documented_commands import page_commands
 
 SCALING = PROJECT_ROOT / "docs" / "scaling.md"

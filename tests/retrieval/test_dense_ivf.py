@@ -11,11 +11,11 @@ import pytest
 
 from rollout.data import generate_demo_kb
 from rollout.errors import RetrievalError
+from rollout.identity_keys import is_identity_key
 from rollout.records import Passage
 from rollout.retrieval import DenseParams, DenseRetriever, Encoder, RetrievalParams, load_or_build_indexes
 from rollout.retrieval.cache import dense_cache_params
 from rollout.retrieval.dense_ivf import MIN_POINTS_PER_CENTROID, plan_ivf
-from rollout.run.identity_keys import is_identity_key
 
 MakeVectors = Callable[[int, int, int], np.ndarray]
 IVF = DenseParams(index="ivf")

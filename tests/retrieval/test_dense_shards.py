@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from rollout.data import open_corpus
+from rollout.data.dataset import prepare_data
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval import DenseParams, DenseRetriever, Hits, RetrievalParams, load_or_build_indexes
@@ -23,7 +24,6 @@ from rollout.retrieval.dense_shards import (
     split_index_into,
 )
 from rollout.run.config import compose_run_config
-from rollout.run.dataset import prepare_data
 from rollout.run.identity import identity_settings
 from rollout.run_folder import iter_trajectory, read_config
 from tests.demo_runs import SMALL_KB, DemoRuns

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from rollout.errors import RetrievalError
-from rollout.paths import PROJECT_ROOT
+from rollout.paths import PROJECT_ROOT, bundled_model_path
 from rollout.records import Passage
 from rollout.retrieval import Encoder, RetrievalParams, encoder_export, load_or_build_indexes
 from rollout.retrieval.cache import dense_cache_params
-from rollout.retrieval.encoder import bundled_model_path, load_encoder
+from rollout.retrieval.encoder import load_encoder
 from rollout.retrieval.encoder_export import ensure_exported
 from rollout.retrieval.encoder_onnx import MODEL_FILE, PIPELINE_FILE, OnnxEncoder
 from rollout.retrieval.params import ENCODER_BACKENDS, DenseParams

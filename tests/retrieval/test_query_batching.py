@@ -11,10 +11,10 @@ import pytest
 
 from rollout.data import generate_demo_kb
 from rollout.errors import RetrievalError
+from rollout.identity_keys import is_identity_key
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, HybridRetriever, RetrievalParams
 from rollout.retrieval.batching import BatchSettings
-from rollout.run.identity_keys import is_identity_key
 
 # The encoder's output for a query moves in its last bits with the other rows of its batch
 # (BLAS picks kernels by matrix shape; measured at most 9e-8 per vector component), so scores

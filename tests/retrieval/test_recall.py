@@ -2,9 +2,9 @@
 
 import pytest
 
+from rollout.llm.token_count import load_token_counter
 from rollout.records import Passage
 from rollout.retrieval.recall import bm25_scores, recall
-from rollout.retrieval.token_count import load_token_counter
 
 COUNTER = load_token_counter(None)  # the bundled encoder's WordPiece: "stone" and "paris" are one token each
 

@@ -1,4 +1,4 @@
-"""rollout.retrieval.token_count: counts equal the tokenizer's own, cuts fit the budget, bad names say the fix."""
+"""rollout.llm.token_count: counts equal the tokenizer's own, cuts fit the budget, bad names say the fix."""
 
 import json
 import random
@@ -7,8 +7,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from rollout.errors import RetrievalError
-from rollout.retrieval.encoder import bundled_model_path
-from rollout.retrieval.token_count import TokenCounter, load_token_counter
+from rollout.llm.token_count import TokenCounter, load_token_counter
+from rollout.paths import bundled_model_path
 
 COUNTER = load_token_counter(None)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rollout.data.dataset import check_dataset_keys, unread_dataset_override
 from rollout.errors import ConfigError
 from rollout.run.config import compose_run_config
-from rollout.run.dataset import check_dataset_keys, unread_dataset_override
 from tests.run.test_exit_status import python_m_rollout
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from rollout.data import load_corpus
+from rollout.data.dataset import prepare_data
+from rollout.identity_keys import identity_overrides, run_suffix
 from rollout.run.config import compose_run_config
-from rollout.run.dataset import prepare_data
 from rollout.run.identity import RunIdentity, identity_settings
-from rollout.run.identity_keys import identity_overrides, run_suffix
 
 SMALL_KB = ("dataset.n_passages=300", "dataset.n_questions=30")
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from rollout.data.dataset import QuestionSet
 from rollout.data.specs import QuestionSpec
 from rollout.errors import DataError
-from rollout.run.dataset import QuestionSet
 
 
 def write(path, ids):

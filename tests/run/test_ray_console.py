@@ -1,4 +1,4 @@
-"""The lines Ray forwards from workers, as the run's log records them (rollout.run.ray_console); a whole piped run
+"""The lines Ray forwards from workers, as the run's log records them (rollout.ray_console); a whole piped run
 is read in tests/harness/test_faults.py's Ctrl-C test."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 from ray._private.ray_logging import global_worker_stdstream_dispatcher
 
-from rollout.run.ray_console import (
+from rollout.ray_console import (
     FORWARDER,
     RAY_PRINTER,
     TOKEN_LOGGER,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rollout.identity_keys import question_set_name
 from rollout.run.config import compose_run_config
-from rollout.run.identity_keys import question_set_name
 
 FILES = ("dataset=files", "dataset.corpus.path=/data/docs")
 

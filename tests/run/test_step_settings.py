@@ -6,7 +6,7 @@ import json
 import pytest
 
 from rollout.errors import ConfigError
-from rollout.gateway.__main__ import step_settings
+from rollout.gateway.launch import step_settings
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.run.config import compose_run_config
 from rollout.run.driver import gateway_args

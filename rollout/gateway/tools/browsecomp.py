@@ -32,9 +32,9 @@ from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.tool_params import KBDefault
 from rollout.gateway.tools.documents import kb_of, text_result
 from rollout.gateway.upstream import error_result
+from rollout.llm.token_count import TokenCounter
 from rollout.records import Passage
 from rollout.retrieval.dense_shards import ShardUnavailable
-from rollout.retrieval.token_count import TokenCounter
 
 Query = Annotated[str, Field(description="The search query")]
 K = Annotated[int, Field(description="How many documents to return")]

@@ -252,7 +252,7 @@ def generate_answer(query: Query, doc_ids: DocIds, ctx: Context,
     kb = kb_of(ctx)
 
     def run() -> GeneratedAnswer:
-        from rollout.agents.heuristic_reading import (
+        from rollout.question_reading import (
             Evidence,
             extract_answer,
             plan_question,

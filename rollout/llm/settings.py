@@ -1,6 +1,6 @@
 """What an LLM client is made from: the `llm:` block checked (`LLMSettings`) and the retry waits (`RetryPolicy`).
 
-Kept apart from `rollout.agents.llm_client` so that what reads a config (the gateway's step tools, a run's checks)
+Kept apart from `rollout.llm.chat_client` so that what reads a config (the gateway's step tools, a run's checks)
 need not import `openai`.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
 
-from rollout.agents.sampling_keys import check_sampling_keys
 from rollout.errors import ConfigError
+from rollout.llm.sampling_keys import check_sampling_keys
 
 NO_KEY = "EMPTY"
 """Sent when the key's environment variable is unset: local servers (vLLM, SGLang, Ollama) need none."""
@@ -66,7 +66,7 @@ class LLMSettings:
     """USD per million completion tokens."""
     context_window: int | None = None
     """The model's context length in tokens: a request whose prompt plus `max_tokens` would pass it is not sent
-    (`rollout.agents.context_window`); None leaves the check to the server."""
+    (`rollout.llm.context_window`); None leaves the check to the server."""
     names: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
     """How the place these settings came from names them when it is not an agent's `llm:` block (the judge's
     command line, a run's `judge:` block, a trainer's reward): the client's warnings name them so (`named`)."""

@@ -108,7 +108,7 @@ def load_token_counter(name_or_path: str | None = None) -> TokenCounter:
     except ImportError as e:
         raise RetrievalError(f"counting tokens needs the tokenizers package ({e}): pip install tokenizers") from e
     if name_or_path is None:
-        from rollout.retrieval.encoder import bundled_model_path
+        from rollout.paths import bundled_model_path
 
         return TokenCounter(Tokenizer.from_file(str(Path(bundled_model_path()) / TOKENIZER_FILE)),
                             "bundled:all-MiniLM-L6-v2")

@@ -9,7 +9,7 @@ however many calls find the same session broken, it is reported (and reopened) o
 Used by the environments (`HttpMCPEnv`, calls wait for a reopened session), the gateway's upstream
 tool sets (calls answer `upstream_unavailable` at once while it is down) and its HTTP proxy (an
 in-process session, which does not break). The SDK itself is imported only when a session opens
-(see `envs.mcp_transport`).
+(see `rollout.mcp_client.transport`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from envs.mcp_transport import describe, find_error, mcp_client, root_cause
 from rollout.errors import GatewayError
+from rollout.mcp_client.transport import describe, find_error, mcp_client, root_cause
 
 if TYPE_CHECKING:
     from mcp.client.client import Client

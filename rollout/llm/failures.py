@@ -19,10 +19,10 @@ try:
 except ImportError:  # only an LLM agent needs it; `ChatClient` names the install line
     openai = None  # type: ignore[assignment]
 
-from rollout.agents.context_window import is_context_overflow
-from rollout.agents.llm_response import CHAT_ENDPOINT, TEXT_ENDPOINT, not_a_completion
-from rollout.agents.llm_settings import NO_KEY, LLMSettings
 from rollout.errors import ContextWindowExceeded, LLMError, UnreadableToolCall
+from rollout.llm.context_window import is_context_overflow
+from rollout.llm.response import CHAT_ENDPOINT, TEXT_ENDPOINT, not_a_completion
+from rollout.llm.settings import NO_KEY, LLMSettings
 
 RETRYABLE_STATUS = frozenset({408, 429})
 """HTTP statuses below 500 that are retried."""

@@ -24,8 +24,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rollout.agents.gguf_header import GGUFFormatError, read_gguf_metadata
 from rollout.errors import ConfigError
+from rollout.llm.gguf_header import GGUFFormatError, read_gguf_metadata
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"

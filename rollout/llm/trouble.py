@@ -2,8 +2,8 @@
 
 A server that makes every request slow (a grammar forcing tool arguments without `max_tokens`; one slot serving eight
 workers in turn) used to leave a run silent for minutes: its timeouts and retries were debug lines. `ChatClient`
-now logs each at WARNING with one of the leads below (`rollout.agents.llm_client`), in whatever process it runs:
-a Ray worker's lines reach the driver through `rollout.run.ray_console`, in the run's one format.
+now logs each at WARNING with one of the leads below (`rollout.llm.chat_client`), in whatever process it runs:
+a Ray worker's lines reach the driver through `rollout.ray_console`, in the run's one format.
 
 In a run's driver, `watch_llm_trouble` puts an `LLMTroubleLog` on that logger for the run: it counts every such
 line by its lead, lets the first `SHOWN_PER_KIND` of each kind through, then one at each tenfold count (10, 100,
@@ -27,7 +27,7 @@ SLOW_CALL_S = 30.0
 tasks takes hours, and the user should hear why while it runs."""
 SHOWN_PER_KIND = 3
 """Lines of each kind a run shows before it only counts them."""
-LOGGER = "rollout.agents.llm_client"
+LOGGER = "rollout.llm.chat_client"
 """The logger the lines go to (`ChatClient`'s)."""
 
 Kind = Literal["timeout", "retry", "slow"]
@@ -46,7 +46,7 @@ _LEADS: dict[str, tuple[Kind, ...]] = {
 """Each line's lead → what it counts: a timeout that is retried is a timeout and a retry. A line's first kind decides
 whether it is shown."""
 _WORKER_PREFIX = re.compile(r"\[[^\]\n]*\] ")
-"""`[worker-3] `: what `rollout.run.ray_console` puts before a forwarded line's message."""
+"""`[worker-3] `: what `rollout.ray_console` puts before a forwarded line's message."""
 _NAMES = {"timeout": ("LLM timeout", "LLM timeouts"), "retry": ("retry", "retries"),
           "slow": ("slow call", "slow calls")}
 

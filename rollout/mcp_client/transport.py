@@ -67,7 +67,7 @@ def is_transport_failure(e: BaseException) -> bool:
 class _OneLineStreamErrors(logging.Filter):
     """The SDK's transports log a full traceback at ERROR when their stream breaks under them.
 
-    A broken stream is a lost session, which `envs.mcp_session.McpSession` reports and repairs
+    A broken stream is a lost session, which `rollout.mcp_client.session.McpSession` reports and repairs
     itself, so the SDK's record becomes one WARNING line naming the exception: no traceback wall
     on the console of a run whose gateway restarts.
     """

@@ -9,13 +9,13 @@ with what to fix. Every attempt is bounded by `llm.timeout_s` and every wait by 
 always ends. `ChatClient.complete` posts to `/chat/completions`, `ChatClient.complete_text` to
 `/completions` (a prompt the caller built, for agents that write plain text); both share the policy.
 
-Every timeout, retry and answer slower than `SLOW_CALL_S` is a warning line (`rollout.agents.llm_trouble`: a run
+Every timeout, retry and answer slower than `SLOW_CALL_S` is a warning line (`rollout.llm.trouble`: a run
 shows the first few and counts the rest), and every answer says when its attempt was sent and how long it took,
 and how long the server says it worked on it, for the summary's measure of the endpoint (`rollout.report.endpoint`).
 
 This module is the HTTP client and its retry loop; the rest lives beside it and is re-exported here:
-`rollout.agents.llm_settings` (the `llm:` block checked, the retry waits), `rollout.agents.llm_response` (a
-response read into a `Completion`, on either wire) and `rollout.agents.llm_failures` (which failures are retried,
+`rollout.llm.settings` (the `llm:` block checked, the retry waits), `rollout.llm.response` (a
+response read into a `Completion`, on either wire) and `rollout.llm.failures` (which failures are retried,
 and the message of those that are not).
 """
 
@@ -34,9 +34,10 @@ try:
 except ImportError:  # only agent=openai needs it; ChatClient names the install line instead of failing at import
     openai = None  # type: ignore[assignment]
 
-from rollout.agents.context_window import ContextBudget
-from rollout.agents.llm_failures import classify, refused
-from rollout.agents.llm_response import (
+from rollout.errors import ConfigError, LLMError
+from rollout.llm.context_window import ContextBudget
+from rollout.llm.failures import classify, refused
+from rollout.llm.response import (
     CHAT_ENDPOINT,
     TEXT_ENDPOINT,
     Completion,
@@ -45,10 +46,9 @@ from rollout.agents.llm_response import (
     server_ms,
     text_completion,
 )
-from rollout.agents.llm_settings import NO_KEY, LLMSettings, RetryPolicy, plain
-from rollout.agents.llm_trouble import SLOW_CALL_S, gave_up_line, retry_line, slow_line
-from rollout.agents.sampling_keys import SDK_PARAMS, TEXT_SDK_PARAMS
-from rollout.errors import ConfigError, LLMError
+from rollout.llm.sampling_keys import SDK_PARAMS, TEXT_SDK_PARAMS
+from rollout.llm.settings import NO_KEY, LLMSettings, RetryPolicy, plain
+from rollout.llm.trouble import SLOW_CALL_S, gave_up_line, retry_line, slow_line
 
 __all__ = ["NO_KEY", "ChatClient", "Completion", "LLMSettings", "RetryPolicy", "ToolCallRequest", "plain", "refused"]
 

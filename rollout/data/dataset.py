@@ -22,9 +22,9 @@ from rollout.data.browsecomp_plus import (
 )
 from rollout.data.loaders import count_question_spec, iter_question_spec
 from rollout.errors import ConfigError
+from rollout.identity_keys import question_set_name
 from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.records import Question
-from rollout.run.identity_keys import question_set_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,7 @@ def max_completion_tokens(sampling: Mapping[str, Any]) -> int:
 class ContextBudget:
     """Whether a request fits `llm.context_window`: its prompt's tokens plus the completion's `max_tokens`.
 
-    With a tokenizer (`rollout.retrieval.token_count.TokenCounter` of `agent.tokenizer`) the prompt is the messages'
+    With a tokenizer (`rollout.llm.token_count.TokenCounter` of `agent.tokenizer`) the prompt is the messages'
     text and the tools' JSON counted in the model's tokens; without one it is estimated from their characters. Either
     way each message adds `MESSAGE_OVERHEAD_TOKENS` for the template's markers."""
 
@@ -134,7 +134,7 @@ class ContextBudget:
         self.tokenizer = tokenizer
         self._counter: Any = None
         if tokenizer is not None:
-            from rollout.retrieval.token_count import load_token_counter  # the retrieval package only when asked
+            from rollout.llm.token_count import load_token_counter  # the retrieval package only when asked
 
             try:
                 self._counter = load_token_counter(tokenizer)
