@@ -134,7 +134,7 @@ def demo_gateway_args(work: Path) -> list[str]:
 
     from rollout.data.dataset import prepare_data
     from rollout.run.config import compose_run_config
-    from rollout.run.driver import gateway_args
+    from rollout.run.gateway_kinds import gateway_args
 
     cfg = compose_run_config("mode=hybrid", f"output_dir={work / 'beside'}")
     retriever = work / "retriever.json"

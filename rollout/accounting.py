@@ -169,3 +169,114 @@ def task_accounting(
 def _us(seconds: float) -> float:
     return round(seconds, 6)
 
+
+@dataclass(frozen=True, slots=True)
+class TimeSplit:
+    """Where a task's wall-clock time went, in seconds (`rollout.accounting.TaskAccounting`)."""
+
+    total: float
+    """Wall-clock time of the task."""
+    llm: float
+    """The agent's own LLM requests."""
+    tools: float
+    """Tool calls as the agent waited for them, summed over its tools."""
+    waiting: float
+    """The rest: scheduling, the agent's own work, the environment. Never below 0 per task, and parallel tool
+    calls overlap, so llm + tools + waiting can exceed total."""
+
+    def to_json(self) -> dict[str, float]:
+        return {"total": self.total, "llm": self.llm, "tools": self.tools, "waiting": self.waiting}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TimeSplit:
+        return cls(float(data["total"]), float(data["llm"]), float(data["tools"]), float(data["waiting"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAccounting:
+    """What one tool's calls cost over a run's records, from the accounting each call carries."""
+
+    stage: str | None
+    """Pipeline stage its calls reported (the most frequent, should they differ); None when none reported one."""
+    calls: int
+    """Calls made."""
+    calls_counted: int
+    """Calls that reported accounting; the per-call token means are over these alone."""
+    context_tokens_per_call: float | None
+    """Mean tokens a counted call's result put into the agent's context (None without counted calls)."""
+    llm_tokens_per_call: float | None
+    """Mean prompt + completion tokens of the LLM calls the tool made itself, per counted call."""
+    latency_ms_per_call: float | None
+    """Mean round trip the agent waited for, over every call (None without calls)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stage": self.stage, "calls": self.calls, "calls_counted": self.calls_counted,
+                "context_tokens_per_call": self.context_tokens_per_call,
+                "llm_tokens_per_call": self.llm_tokens_per_call, "latency_ms_per_call": self.latency_ms_per_call}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolAccounting:
+        return cls(
+            stage=data.get("stage"), calls=int(data["calls"]), calls_counted=int(data["calls_counted"]),
+            context_tokens_per_call=float_or_none(data.get("context_tokens_per_call")),
+            llm_tokens_per_call=float_or_none(data.get("llm_tokens_per_call")),
+            latency_ms_per_call=float_or_none(data.get("latency_ms_per_call")),
+        )
+
+
+def float_or_none(value: Any) -> float | None:
+    """A JSON number as a float, None kept (fields of files that may not hold them)."""
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAccounting:
+    """Where a run's tasks spent their time and tokens: means per task over every record summarised (scored or
+    not: a failed task cost its time and tokens too), and per tool (`rollout.report.costs`)."""
+
+    tasks: int
+    """Records summarised, the denominator of every per-task mean."""
+    rebuilt: int
+    """Of them, records written before tasks carried accounting, whose accounting was rebuilt from their tool
+    calls, events, usage and latency (their calls report no tokens unless the gateway stamped them)."""
+    calls: int
+    """Tool calls of those records."""
+    calls_counted: int
+    """Of them, calls that reported accounting; a call that did not adds 0 context tokens to its task."""
+    time_s: TimeSplit
+    """Mean seconds per task: total, the agent's LLM, tools, waiting."""
+    tool_time_s: dict[str, float]
+    """Mean seconds per task spent in each tool's calls, by tool name (sorted); they add up to `time_s.tools`
+    (up to rounding)."""
+    context_tokens: float
+    """Mean tokens per task the tool results put into the agent's context (summed over stages)."""
+    tool_llm_tokens: float
+    """Mean prompt + completion tokens per task of the LLM calls tools made themselves."""
+    tokens: dict[str, float]
+    """Mean tokens per task by stage (`rollout.accounting.STAGES`, then any other stage met): context and tool
+    LLM tokens of the stage, and `agent`, the agent's own LLM turns (whose prompts re-read the context)."""
+    tools: dict[str, ToolAccounting]
+    """Per tool name, sorted by name."""
+
+    @property
+    def agent_tokens(self) -> float:
+        return self.tokens.get("agent", 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tasks": self.tasks, "rebuilt": self.rebuilt, "calls": self.calls, "calls_counted": self.calls_counted,
+            "time_s": self.time_s.to_json(), "tool_time_s": dict(self.tool_time_s),
+            "context_tokens": self.context_tokens, "tool_llm_tokens": self.tool_llm_tokens,
+            "tokens": dict(self.tokens), "tools": {name: t.to_json() for name, t in self.tools.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunAccounting:
+        return cls(
+            tasks=int(data["tasks"]), rebuilt=int(data.get("rebuilt", 0)), calls=int(data["calls"]),
+            calls_counted=int(data["calls_counted"]), time_s=TimeSplit.from_json(data["time_s"]),
+            tool_time_s={str(k): float(v) for k, v in data["tool_time_s"].items()},
+            context_tokens=float(data["context_tokens"]), tool_llm_tokens=float(data["tool_llm_tokens"]),
+            tokens={str(k): float(v) for k, v in data["tokens"].items()},
+            tools={str(k): ToolAccounting.from_json(t) for k, t in data["tools"].items()},
+        )

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.accounting import RunAccounting, float_or_none
+from rollout.benchmark_scores import BrowseCompPlusScores, Calibration
 from rollout.repetition import Repetition
 
 BUILTIN_METRICS = ("exact_match", "f1", "contains_answer", "retrieval_recall")
@@ -96,123 +98,6 @@ class RepeatStats:
 
 
 @dataclass(frozen=True, slots=True)
-class CalibrationBin:
-    """The records whose stated confidence falls in [low, high) (the last bin holds 1.0 too)."""
-
-    low: float
-    high: float
-    n: int
-    confidence: float
-    """Mean stated confidence, 0 to 1."""
-    accuracy: float
-    """Mean correctness."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "n": self.n, "confidence": self.confidence,
-                "accuracy": self.accuracy}
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """How well the confidences the answers state match how often they are right (`rollout.report.calibration`)."""
-
-    n: int
-    """Scored records whose final message states a confidence (and whose correctness is known)."""
-    error: float
-    """Expected calibration error: over 10 equal bins of [0, 1], the sum of (bin size / n) * |mean confidence -
-    accuracy|; 0 is perfect, 1 the worst."""
-    correct_by: str
-    """The metric that says whether an answer is right: `judge_correct` when a scores file provides it, else
-    `exact_match`."""
-    confidence: float
-    """Mean stated confidence over the n records."""
-    accuracy: float
-    """Mean correctness over them."""
-    bins: list[CalibrationBin]
-    """The bins that hold records, low to high."""
-    browsecomp_plus_error: float | None = None
-    """BrowseComp-Plus' calibration error (root mean square over bins of 100 answers sorted by confidence; see
-    `rollout.report.calibration`), comparable with its leaderboard's once multiplied by 100; None under 100 answers."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "error": self.error, "correct_by": self.correct_by, "confidence": self.confidence,
-                "accuracy": self.accuracy, "bins": [b.to_json() for b in self.bins],
-                "browsecomp_plus_error": self.browsecomp_plus_error}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
-        return cls(n=int(data["n"]), error=float(data["error"]), correct_by=str(data["correct_by"]),
-                   confidence=float(data["confidence"]), accuracy=float(data["accuracy"]),
-                   bins=[CalibrationBin(**b) for b in data.get("bins", [])],
-                   browsecomp_plus_error=data.get("browsecomp_plus_error"))
-
-
-BROWSECOMP_PLUS_NAMES = {
-    "accuracy": "Accuracy (%)", "evidence_recall": "Recall (%)", "gold_recall": "Gold Recall (%)",
-    "search_calls": "Search Calls", "get_document_calls": "Get Document Calls",
-    "citation_precision": "Citation Precision (%)", "citation_recall": "Citation Recall (%)",
-    "calibration_error": "Calibration Error (%)",
-}
-"""Each BrowseComp-Plus number → its name in evaluation_summary.json and on screen: its leaderboard's names where it
-has one (Accuracy, Recall of the evidence documents, Search Calls, Calibration Error), else in their style."""
-
-
-@dataclass(frozen=True, slots=True)
-class BrowseCompPlusScores:
-    """BrowseComp-Plus' leaderboard numbers over a run's scored records, as its evaluator computes them
-    (`rollout.report.browsecomp_leaderboard`); percents in [0, 100] as its leaderboard shows them, rounded as it
-    rounds them."""
-
-    queries: int
-    """Records counted: the run's scored ones."""
-    answered: int
-    """Of them, those its evaluator judges: status "completed" (`rollout.report.browsecomp_leaderboard.run_status`)
-    and a final response that is not empty. The others count as wrong answers."""
-    judged: int
-    """Of the answered ones, those with a verdict of the judge below (a reply it could not read counts as wrong)."""
-    judge_preset: str | None
-    """The preset of the run's judge (`scores/judge.meta.json`); Accuracy needs `browsecomp_plus`."""
-    judge_model: str | None
-    """The model of that judge."""
-    accuracy: float | None
-    """Answers the `browsecomp_plus` judge found correct, of the queries; None without its verdicts."""
-    evidence_recall: float | None
-    """Mean over the queries with evidence documents of the share of them among the docids its searches returned."""
-    gold_recall: float | None
-    """The same against the gold documents."""
-    search_calls: float | None
-    """Calls of the search tools (`search`, `search_bm25`, `search_dense`) per query."""
-    get_document_calls: float | None
-    """Calls of `get_document` per query."""
-    calls_per_query: dict[str, float]
-    """Calls per query of each tool the agent called, by name (sorted)."""
-    citation_precision: float | None
-    """Mean over the answered queries citing a docid of the share of their cited docids that are evidence."""
-    citation_recall: float | None
-    """Mean over the same queries of the share of their evidence documents they cite."""
-    with_citations: int
-    """Answered queries citing at least one docid."""
-    calibration_error: float | None
-    """BrowseComp-Plus' calibration error over the judged answers; None under 100 of them."""
-
-    def to_json(self) -> dict[str, Any]:
-        numbers = {BROWSECOMP_PLUS_NAMES[k]: getattr(self, k) for k in BROWSECOMP_PLUS_NAMES}
-        return {"queries": self.queries, "answered": self.answered, "judged": self.judged,
-                "judge": None if self.judge_preset is None else {"preset": self.judge_preset,
-                                                                  "model": self.judge_model},
-                **numbers, "calls_per_query": dict(self.calls_per_query), "with_citations": self.with_citations}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BrowseCompPlusScores:
-        judge = data.get("judge") or {}
-        return cls(queries=int(data["queries"]), answered=int(data["answered"]), judged=int(data["judged"]),
-                   judge_preset=judge.get("preset"), judge_model=judge.get("model"),
-                   **{k: data.get(name) for k, name in BROWSECOMP_PLUS_NAMES.items()},
-                   calls_per_query={str(k): float(v) for k, v in (data.get("calls_per_query") or {}).items()},
-                   with_citations=int(data.get("with_citations", 0)))
-
-
-@dataclass(frozen=True, slots=True)
 class ScoringSettings:
     """How the run was scored beyond the built-in metrics: recorded in the summary, not in the run's identity
     (rescoring is not rerunning)."""
@@ -233,117 +118,6 @@ class ScoringSettings:
         return cls(scorers=[str(s) for s in data.get("scorers", [])],
                    score_files=[str(f) for f in data.get("score_files", [])],
                    extra_metrics={str(k): str(v) for k, v in (data.get("extra_metrics") or {}).items()})
-
-
-@dataclass(frozen=True, slots=True)
-class TimeSplit:
-    """Where a task's wall-clock time went, in seconds (`rollout.accounting.TaskAccounting`)."""
-
-    total: float
-    """Wall-clock time of the task."""
-    llm: float
-    """The agent's own LLM requests."""
-    tools: float
-    """Tool calls as the agent waited for them, summed over its tools."""
-    waiting: float
-    """The rest: scheduling, the agent's own work, the environment. Never below 0 per task, and parallel tool
-    calls overlap, so llm + tools + waiting can exceed total."""
-
-    def to_json(self) -> dict[str, float]:
-        return {"total": self.total, "llm": self.llm, "tools": self.tools, "waiting": self.waiting}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TimeSplit:
-        return cls(float(data["total"]), float(data["llm"]), float(data["tools"]), float(data["waiting"]))
-
-
-@dataclass(frozen=True, slots=True)
-class ToolAccounting:
-    """What one tool's calls cost over a run's records, from the accounting each call carries."""
-
-    stage: str | None
-    """Pipeline stage its calls reported (the most frequent, should they differ); None when none reported one."""
-    calls: int
-    """Calls made."""
-    calls_counted: int
-    """Calls that reported accounting; the per-call token means are over these alone."""
-    context_tokens_per_call: float | None
-    """Mean tokens a counted call's result put into the agent's context (None without counted calls)."""
-    llm_tokens_per_call: float | None
-    """Mean prompt + completion tokens of the LLM calls the tool made itself, per counted call."""
-    latency_ms_per_call: float | None
-    """Mean round trip the agent waited for, over every call (None without calls)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "calls": self.calls, "calls_counted": self.calls_counted,
-                "context_tokens_per_call": self.context_tokens_per_call,
-                "llm_tokens_per_call": self.llm_tokens_per_call, "latency_ms_per_call": self.latency_ms_per_call}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ToolAccounting:
-        return cls(
-            stage=data.get("stage"), calls=int(data["calls"]), calls_counted=int(data["calls_counted"]),
-            context_tokens_per_call=_float_or_none(data.get("context_tokens_per_call")),
-            llm_tokens_per_call=_float_or_none(data.get("llm_tokens_per_call")),
-            latency_ms_per_call=_float_or_none(data.get("latency_ms_per_call")),
-        )
-
-
-def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class RunAccounting:
-    """Where a run's tasks spent their time and tokens: means per task over every record summarised (scored or
-    not: a failed task cost its time and tokens too), and per tool (`rollout.report.costs`)."""
-
-    tasks: int
-    """Records summarised, the denominator of every per-task mean."""
-    rebuilt: int
-    """Of them, records written before tasks carried accounting, whose accounting was rebuilt from their tool
-    calls, events, usage and latency (their calls report no tokens unless the gateway stamped them)."""
-    calls: int
-    """Tool calls of those records."""
-    calls_counted: int
-    """Of them, calls that reported accounting; a call that did not adds 0 context tokens to its task."""
-    time_s: TimeSplit
-    """Mean seconds per task: total, the agent's LLM, tools, waiting."""
-    tool_time_s: dict[str, float]
-    """Mean seconds per task spent in each tool's calls, by tool name (sorted); they add up to `time_s.tools`
-    (up to rounding)."""
-    context_tokens: float
-    """Mean tokens per task the tool results put into the agent's context (summed over stages)."""
-    tool_llm_tokens: float
-    """Mean prompt + completion tokens per task of the LLM calls tools made themselves."""
-    tokens: dict[str, float]
-    """Mean tokens per task by stage (`rollout.accounting.STAGES`, then any other stage met): context and tool
-    LLM tokens of the stage, and `agent`, the agent's own LLM turns (whose prompts re-read the context)."""
-    tools: dict[str, ToolAccounting]
-    """Per tool name, sorted by name."""
-
-    @property
-    def agent_tokens(self) -> float:
-        return self.tokens.get("agent", 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "tasks": self.tasks, "rebuilt": self.rebuilt, "calls": self.calls, "calls_counted": self.calls_counted,
-            "time_s": self.time_s.to_json(), "tool_time_s": dict(self.tool_time_s),
-            "context_tokens": self.context_tokens, "tool_llm_tokens": self.tool_llm_tokens,
-            "tokens": dict(self.tokens), "tools": {name: t.to_json() for name, t in self.tools.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunAccounting:
-        return cls(
-            tasks=int(data["tasks"]), rebuilt=int(data.get("rebuilt", 0)), calls=int(data["calls"]),
-            calls_counted=int(data["calls_counted"]), time_s=TimeSplit.from_json(data["time_s"]),
-            tool_time_s={str(k): float(v) for k, v in data["tool_time_s"].items()},
-            context_tokens=float(data["context_tokens"]), tool_llm_tokens=float(data["tool_llm_tokens"]),
-            tokens={str(k): float(v) for k, v in data["tokens"].items()},
-            tools={str(k): ToolAccounting.from_json(t) for k, t in data["tools"].items()},
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,10 +148,10 @@ class EndpointLoad:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EndpointLoad:
         return cls(requests=int(data["requests"]), sent_at_once=int(data["sent_at_once"]),
-                   served_at_once=_float_or_none(data.get("served_at_once")),
+                   served_at_once=float_or_none(data.get("served_at_once")),
                    timed_by_server=bool(data.get("timed_by_server", False)),
-                   completion_tokens_per_s=_float_or_none(data.get("completion_tokens_per_s")),
-                   queued_share=_float_or_none(data.get("queued_share")))
+                   completion_tokens_per_s=float_or_none(data.get("completion_tokens_per_s")),
+                   queued_share=float_or_none(data.get("queued_share")))
 
 
 @dataclass(frozen=True, slots=True)

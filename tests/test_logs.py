@@ -30,7 +30,7 @@ from rollout.logs import (
     verbosity_flags,
 )
 from rollout.run.config import compose_run_config
-from rollout.run.driver import gateway_args
+from rollout.run.gateway_kinds import gateway_args
 
 LOG_LINE = re.compile(r"\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL) +[\w.]+: \S")
 """A line in the one format; the gateway and whole-run tests read their output with it."""

@@ -7,10 +7,10 @@ tests/harness/test_faults.py, which runs it twice anyway.
 
 from __future__ import annotations
 
-import re
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +24,8 @@ import pytest
 import rollout.cli
 from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.records import Question, TaskResult
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.printed import print_summary
+from rollout.report.scoring import summarize
 from rollout.run_folder import STATS_DIR
 from tests.report.runs import GATEWAY_CALLS, TASKS, make_run
 

@@ -43,11 +43,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rollout.benchmark_scores import BROWSECOMP_PLUS_NAMES, BrowseCompPlusScores
 from rollout.records import TaskResult
 from rollout.report.calibration import browsecomp_plus_error
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.judge_presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
-from rollout.summary import BROWSECOMP_PLUS_NAMES, BrowseCompPlusScores
 
 SEARCH_TOOLS = ("search", "search_bm25", "search_dense")
 """BrowseComp-Plus' search tools as rollout's modes name them (`bcp_bm25`, `bcp_dense`: `search`; `bcp_both`: one

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from rollout.benchmark_scores import Calibration, CalibrationBin
 from rollout.report.judge_presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
 from rollout.report.running import ExactSum
-from rollout.summary import Calibration, CalibrationBin
 
 BINS = 10
 """Equal-width bins over [0, 1]."""

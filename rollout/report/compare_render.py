@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rollout.benchmark_scores import BROWSECOMP_PLUS_NAMES
 from rollout.report.browsecomp_leaderboard import leaderboard_cells, search_columns
 from rollout.report.compare import Comparison
 from rollout.report.compare_costs import plot_costs
@@ -18,7 +19,6 @@ from rollout.report.compare_plot import plot_comparison
 from rollout.report.paired import CI_LEVEL, RIGHT_ABOVE, MetricDiff, PairedComparison
 from rollout.report.run_row import RunRow
 from rollout.report.scoring import METRICS, metric_label
-from rollout.summary import BROWSECOMP_PLUS_NAMES
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rollout.accounting import AGENT, STAGES, TaskAccounting, task_accounting
+from rollout.accounting import AGENT, STAGES, RunAccounting, TaskAccounting, TimeSplit, ToolAccounting, task_accounting
 from rollout.records import TaskResult
 from rollout.report.running import ExactSum
-from rollout.summary import RunAccounting, TimeSplit, ToolAccounting
 
 TIME_DIGITS = 4
 """Seconds are rounded to 0.1 ms in the summary."""

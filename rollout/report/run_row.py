@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rollout.accounting import RunAccounting
+from rollout.benchmark_scores import BrowseCompPlusScores, Calibration
 from rollout.repetition import Repetition
 from rollout.report.browsecomp_leaderboard import BrowseCompPlusTally, judge_of
 from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
@@ -24,7 +26,6 @@ from rollout.report.extra_scores import read_scores
 from rollout.report.question_set import RunQuestionSet
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
-from rollout.summary import BrowseCompPlusScores, Calibration, RunAccounting
 
 logger = logging.getLogger(__name__)
 

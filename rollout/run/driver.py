@@ -3,39 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import ray.util
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from envs.http_mcp_rag_env import keep_rag_modules
 from rollout.console import ReadableConsole
-from rollout.data import is_source_folder
 from rollout.data.dataset import prepare_data
 from rollout.errors import ConfigError, RolloutError, RunInterrupted
 from rollout.events import AnyEvent
 from rollout.gateway.tools import SERVED_RESOURCE_TYPES
 from rollout.gateway_file import load_gateway_file
 from rollout.llm.trouble import watch_llm_trouble
-from rollout.logs import QUIET, verbosity_flags
+from rollout.logs import QUIET
 from rollout.records import TaskKey, TaskResult
+from rollout.report.printed import print_summary
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
-from rollout.report.scoring import print_summary
 from rollout.report.user_scorers import load_scorers
 from rollout.run.config import RunConfig
+from rollout.run.gateway_kinds import gateway_for_run
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.identity import RunIdentity
 from rollout.run.lock import hold_run_lock
@@ -44,7 +40,7 @@ from rollout.run.ray_session import ray_session
 from rollout.run.refused import holds_nothing, remove_refused_folder
 from rollout.run.resume import finished_tasks, plan_resume, start_fresh, tasks_to_run
 from rollout.run.scheduler import Scheduler, start_actors
-from rollout.run.sweep_gateway import gateway_process, kept_for_the_sweep, stop_the_sweeps_gateway
+from rollout.run.sweep_gateway import kept_for_the_sweep
 from rollout.run.worker import EnvSpec
 from rollout.run_folder import (
     CONFIG_FILE,
@@ -57,116 +53,9 @@ from rollout.run_folder import (
 from rollout.summary import RunSummary
 from rollout.view.progress import RunProgress
 from rollout.view.render import format_live_event
-from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
-
-if TYPE_CHECKING:
-    from rollout.run.gateway_serve import ServeGateway
+from rollout.wire import resolve_token
 
 logger = logging.getLogger(__name__)
-
-
-def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
-    """The gateway's command line; paths are absolute, as Serve replicas do not start in the run's directory.
-
-    The run's `llm:` block goes inline when the gateway file's step tools ask an LLM (`RunConfig.step_llm`): it
-    names the key's environment variable, never the key."""
-    extra = []
-    if cfg.tokenizer:
-        extra += ["--tokenizer", str(cfg.tokenizer)]
-    if not cfg.gateway.offline_steps:
-        extra.append("--no-offline-steps")
-    if (llm := cfg.step_llm()) is not None:
-        extra += ["--llm-config", json.dumps(llm)]
-    corpus = cfg.dataset.corpus.path
-    if cfg.dataset.kind == "files" and corpus and is_source_folder(corpus):
-        extra += ["--sources-root", str(Path(corpus).resolve())]
-    return [
-        "--config", str(cfg.gateway_config_path.resolve()),
-        "--corpus", str(corpus_path.resolve()),
-        "--cache-dir", str(cfg.cache_dir.resolve()),
-        "--output-dir", str(cfg.output_dir.resolve()),
-        "--no-report",  # the run writes the report from its trajectory once the gateway is stopped
-        "--retriever-config", str(retriever_config),
-        "--default-top-k", str(cfg.gateway.default_top_k),
-        "--max-top-k", str(cfg.gateway.max_top_k),
-        "--default-max-docs", str(cfg.gateway.default_max_docs),
-        "--transport", cfg.gateway.transport,
-        # The token reaches the child through GatewayProcess's environment, never its command line.
-        "--tool-timeout-s", str(cfg.gateway.tool_timeout_s or cfg.gateway.call_timeout_s),
-        "--threads-per-group", str(cfg.gateway.threads_per_group),
-        *verbosity_flags(cfg.verbose),
-        *extra,
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class RunningGateway:
-    """A gateway someone else started: nothing to wait for, nothing to stop."""
-
-    url: str
-
-    def wait_ready(self) -> str:
-        return self.url
-
-
-@contextlib.contextmanager
-def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | ServeGateway | RunningGateway]:
-    """The configured gateway, or one launched for this run (stopped after it, even on failure), or within a sweep
-    the one its jobs share (`rollout.run.sweep_gateway`, stopped when the sweep ends).
-
-    A gateway the run launches plans its gateway file itself: an unknown tool group makes it exit with its error
-    (exit code 2, see `GatewayProcess.wait_ready`) while Ray starts, and the run never imports the tool modules
-    before Ray (the MCP server's, half a second). The file of a running gateway or a Serve one is planned here.
-
-    One replica is a child process, started before Ray so it loads while Ray starts; more are a Ray
-    Serve application, deployed once Ray is up (this enters `ray_session`, and the run's own use of
-    it then finds Ray running)."""
-    if cfg.gateway.url:
-        _plan_gateway_file(cfg)
-        logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
-        stop_the_sweeps_gateway("this job uses a running gateway")
-        yield RunningGateway(cfg.gateway.url)
-        return
-    token = cfg.gateway.auth_token
-    host = gateway_host(cfg)
-    if not is_loopback(host) and not resolve_token(token):
-        logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
-                       "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
-    if cfg.gateway.replicas > 1:
-        # Imported here: it loads the gateway's own modules, which a one-process run never needs.
-        from rollout.run.gateway_serve import ServeGateway
-
-        _plan_gateway_file(cfg)  # refused here, not by every replica
-        stop_the_sweeps_gateway("this job serves its gateway on Ray Serve")
-        with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
-            retriever_config = Path(tmp) / "retriever.json"
-            retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-            with ray_session(cfg), ServeGateway(
-                gateway_args(cfg, corpus_path, retriever_config), cfg.retriever.to_dict(), host=host,
-                replicas=cfg.gateway.replicas, replica_cpus=cfg.gateway.replica_cpus,
-                autoscaling=cfg.gateway.autoscaling, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
-            ) as served:
-                yield served
-        return
-    with gateway_process(lambda retriever_config: gateway_args(cfg, corpus_path, retriever_config),
-                         cfg.retriever.to_dict(), host=host, auth_token=token,
-                         ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
-        yield gw
-
-
-def _plan_gateway_file(cfg: RunConfig) -> None:
-    """Plan the run's gateway file against the shipped tools: an unknown tool group is a `ConfigError`."""
-    from rollout.gateway.plan import plan_gateway  # imports the tool modules, hence the MCP server
-
-    plan_gateway(load_gateway_file(cfg.gateway_config_path))
-
-
-def gateway_host(cfg: RunConfig) -> str:
-    """Where a launched gateway listens: `gateway.host`, else this node's IP in a cluster (workers on other
-    nodes connect to it), else loopback."""
-    if cfg.gateway.host:
-        return cfg.gateway.host
-    return ray.util.get_node_ip_address() if cfg.ray_address else "127.0.0.1"
 
 
 def env_spec_for(cfg: RunConfig, url: str, run_id: str) -> EnvSpec:

@@ -30,14 +30,8 @@ from rollout.console import ReadableConsole
 from rollout.errors import ReportError, ViewError
 from rollout.records import TaskResult, TaskStatus
 from rollout.run_folder import TRAJECTORY_FILE
-from rollout.view.render import (
-    TaskRow,
-    Totals,
-    format_live_event,
-    format_task_line,
-    render_table,
-    render_task,
-)
+from rollout.view.render import format_live_event, render_task
+from rollout.view.task_table import TaskRow, Totals, format_task_line, render_table
 
 __all__ = ["format_live_event", "main", "render_task"]
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from rollout.benchmark_scores import Calibration
 from rollout.errors import ReportError
 from rollout.repetition import Repetition
 from rollout.report.compare import Comparison, compare_runs
@@ -30,7 +31,6 @@ from rollout.report.question_set import RunQuestionSet, question_set_line, run_q
 from rollout.report.run_folders import distinct_labels
 from rollout.report.scoring import STATUSES, metric_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
-from rollout.summary import Calibration
 from rollout.view.index import TrajectoryIndex
 
 logger = logging.getLogger(__name__)

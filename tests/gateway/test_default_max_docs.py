@@ -15,7 +15,7 @@ from rollout.gateway.server import build_gateway
 from rollout.gateway_file import GatewayFile
 from rollout.records import Passage
 from rollout.run.config import compose_run_config
-from rollout.run.driver import gateway_args
+from rollout.run.gateway_kinds import gateway_args
 from rollout.run.identity import RunIdentity, identity_settings
 from tests.gateway.loopback import kb_from_flags
 

@@ -12,7 +12,7 @@ from ray import serve
 from rollout.data.dataset import prepare_data
 from rollout.gateway.serve_replica import GatewayReplica
 from rollout.run.config import compose_run_config
-from rollout.run.driver import gateway_args
+from rollout.run.gateway_kinds import gateway_args
 from tests.demo_runs import SMALL_KB
 from tests.test_logs import LOG_LINE
 

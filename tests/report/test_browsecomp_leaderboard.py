@@ -18,8 +18,9 @@ from rollout.report.compare_render import comparison_json, comparison_tables, wr
 from rollout.report.extra_scores import read_scores
 from rollout.report.judge import judged_text
 from rollout.report.judge_presets import BROWSECOMP_PLUS
+from rollout.report.printed import print_summary
 from rollout.report.rescore import rescore
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.scoring import summarize
 from rollout.run_folder import read_summary
 from rollout.summary import RunSummary
 from tests.report.browsecomp_plus_evaluator import calculate_calibration_error

@@ -8,7 +8,8 @@ from rich.console import Console
 from rollout.records import Question, TaskResult
 from rollout.report.calibration import browsecomp_plus_error, parse_confidence, stated_confidence
 from rollout.report.extra_scores import read_scores, write_scores
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.printed import print_summary
+from rollout.report.scoring import summarize
 from tests.report.browsecomp_plus_evaluator import calculate_calibration_error
 
 

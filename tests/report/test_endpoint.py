@@ -20,7 +20,8 @@ from rollout.agents.openai_agent import OpenAIAgent
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.records import Question, TaskResult, ToolResult
 from rollout.report.endpoint import HINT, TRIM, UNTIMED, EndpointTally, endpoint_line, most_at_once
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.printed import print_summary
+from rollout.report.scoring import summarize
 from rollout.summary import EndpointLoad, RunSummary
 from tests.agents.chat_server import MODEL, ChatServer
 

@@ -13,8 +13,9 @@ from rich.console import Console
 from rollout.repetition import arguments_key, task_repeats
 from rollout.report.compare import compare_runs
 from rollout.report.compare_render import comparison_tables, write_comparison
+from rollout.report.printed import print_summary
 from rollout.report.rescore import rescore
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.scoring import summarize
 from rollout.report.tool_stats import build_tool_report
 from rollout.run.config import compose_run_config
 from rollout.summary import RunSummary

@@ -6,9 +6,9 @@ import pytest
 from rich.console import Console
 
 from rollout.records import Question, TaskResult, ToolCallRecord
-from rollout.report.metrics import (contains_answer, exact_match, f1_score, normalize_answer, pass_at_k,
-                                    retrieval_recall)
-from rollout.report.scoring import print_summary, summarize, t_interval
+from rollout.report.metrics import contains_answer, exact_match, f1_score, normalize_answer, pass_at_k, retrieval_recall
+from rollout.report.printed import print_summary
+from rollout.report.scoring import summarize, t_interval
 
 
 def task(qid: str, right: bool, *, status: str = "ok", repeat: int = 0, gold_docs=("d1",), found=("d1",),

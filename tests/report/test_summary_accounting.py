@@ -18,7 +18,8 @@ from rich.console import Console
 from rollout.accounting import CallAccounting
 from rollout.events import LLMOutputEvent
 from rollout.records import Question, TaskResult, ToolCallRecord
-from rollout.report.scoring import print_summary, summarize
+from rollout.report.printed import print_summary
+from rollout.report.scoring import summarize
 from rollout.run_folder import read_summary, summary_path, write_summary
 from rollout.summary import RunSummary
 

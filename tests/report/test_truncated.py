@@ -15,7 +15,8 @@ from rollout.events import CompletionEvent, LLMOutputEvent
 from rollout.records import Question, TaskResult
 from rollout.report.compare import compare_runs
 from rollout.report.compare_render import comparison_json, comparison_tables
-from rollout.report.scoring import print_summary, score_task, summarize
+from rollout.report.printed import print_summary
+from rollout.report.scoring import score_task, summarize
 from rollout.summary import RunSummary
 from tests.report.runs import write_jsonl
 

@@ -11,8 +11,8 @@ import json
 
 from rich.console import Console
 
+from rollout.report.printed import print_summary
 from rollout.report.rescore import RunFacts, ScoringConfig, rescore, score_folder
-from rollout.report.scoring import print_summary
 from rollout.summary import RunSummary, ToolUse
 from tests.report.runs import DENSE, SPARSE, gw, make_run, task, tc
 

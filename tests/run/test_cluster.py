@@ -8,7 +8,7 @@ import logging
 import ray.util
 
 from rollout.run.config import compose_run_config
-from rollout.run.driver import gateway_host
+from rollout.run.gateway_kinds import gateway_host
 from rollout.run.ray_session import worker_env_vars
 from rollout.wire import is_loopback
 

@@ -9,7 +9,7 @@ from rollout.errors import ConfigError
 from rollout.gateway.launch import step_settings
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.run.config import compose_run_config
-from rollout.run.driver import gateway_args
+from rollout.run.gateway_kinds import gateway_args
 from rollout.run.identity import identity_settings
 
 PIPELINE = f"gateway_config_path={GATEWAYS_DIR / 'rag_pipeline.json'}"

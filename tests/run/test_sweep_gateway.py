@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rollout.run.config import compose_run_config
-from rollout.run.driver import gateway_args
+from rollout.run.gateway_kinds import gateway_args
 from rollout.run.sweep_gateway import GatewayKey, gateway_for_the_sweep, gateway_process
 from tests.gateway.test_process import call, demo_args
 

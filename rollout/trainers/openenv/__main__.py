@@ -80,7 +80,7 @@ def experiment_gateway(experiment: TrainingExperiment, url: str | None, output_d
     # Imported here: starting a gateway loads the run's machinery, which serving on a running one never needs.
     from rollout.data.dataset import data_sources
     from rollout.data.materialize import materialize_corpus
-    from rollout.run.driver import gateway_for_run
+    from rollout.run.gateway_kinds import gateway_for_run
 
     cfg = replace(experiment.config, output_dir=output_dir)
     corpus, _ = data_sources(cfg.dataset, cfg.cache_dir)
