@@ -39,9 +39,9 @@ from rollout.data.dataset import prepare_data
 from rollout.paths import PROJECT_ROOT, default_cache_dir
 from rollout.records import Question, TaskResult
 from rollout.run.config import RunConfig, compose_run_config
-from rollout.run.driver import env_spec_for
 from rollout.run.gateway_kinds import gateway_for_run
 from rollout.run.scheduler import PlannedTask, Scheduler
+from rollout.run.serving import env_spec_for
 
 PEAK_FILE_ENV = "ROLLOUT_BENCH_PEAK_FILE"
 

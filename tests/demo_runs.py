@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rollout.records import TaskResult
 from rollout.run.config import compose_run_config
-from rollout.run.driver import RunOutcome
+from rollout.run.outcome import RunOutcome
 from rollout.run.stream import TaskEvent, run_with_events
 
 SMALL_KB = ("dataset.n_passages=400", "dataset.n_questions=40")

@@ -8,10 +8,11 @@ import contextlib
 import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import ray.util
 
@@ -21,7 +22,8 @@ from rollout.logs import verbosity_flags
 from rollout.run.config import RunConfig
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.ray_session import ray_session
-from rollout.run.sweep_gateway import gateway_process, stop_the_sweeps_gateway
+from rollout.run.scheduler import Gateway
+from rollout.run.sweep_gateway import gateway_process, kept_for_the_sweep, stop_the_sweeps_gateway
 from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
 
 if TYPE_CHECKING:
@@ -64,18 +66,105 @@ def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> l
     ]
 
 
+class RunGateway(Protocol):
+    """What a run does with its gateway, whichever of the three kinds `gateway_for_run` gives."""
+
+    def wait_ready(self) -> str:
+        """The MCP URL, once the gateway answers."""
+
+    def take_run(self, run_id: str, output_dir: Path) -> None:
+        """Record the calls carrying `run_id` in `output_dir`'s ledger (a launched process, whichever run started it:
+        a sweep's jobs share one). A Serve gateway and a running one keep their stats where they were started."""
+
+    def watched(self) -> Gateway | None:
+        """What the scheduler watches and restarts when it dies (a launched process); None for the others."""
+
+    def report_when_stopped(self, out: Path) -> Callable[[], None]:
+        """Start what ends the gateway's part of the run; the callable, called once the run's `with` is left, writes
+        the tool report (`tool_stats/report.json`) when the gateway's ledger is complete."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunningGateway:
-    """A gateway someone else started: nothing to wait for, nothing to stop."""
+    """A gateway someone else started: nothing to wait for, nothing to stop, its stats where it was started."""
 
     url: str
 
     def wait_ready(self) -> str:
         return self.url
 
+    def take_run(self, run_id: str, output_dir: Path) -> None:
+        pass
+
+    def watched(self) -> Gateway | None:
+        return None
+
+    def report_when_stopped(self, out: Path) -> Callable[[], None]:
+        return lambda: None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchedGateway:
+    """The gateway process the run launched, or the one its sweep shares (`rollout.run.sweep_gateway`)."""
+
+    process: GatewayProcess
+
+    def wait_ready(self) -> str:
+        return self.process.wait_ready()
+
+    def take_run(self, run_id: str, output_dir: Path) -> None:
+        self.process.register_run(run_id, output_dir)
+
+    def watched(self) -> Gateway | None:
+        return self.process
+
+    def report_when_stopped(self, out: Path) -> Callable[[], None]:
+        """Stop the process (unless the sweep keeps it) and write the report on a thread of their own, so that both
+        overlap Ray's shutdown (about a second each). Once the gateway has stopped, a call still running when its
+        task timed out is in the ledger too. A sweep's gateway serves on for its next jobs: the report is written at
+        once; the ledger holds every call of the finished tasks (the gateway writes a call's line before it
+        answers), and only a call still running after its task timed out may land later, counted by a later
+        `rollout report tool-stats`."""
+
+        def stop_and_report() -> None:
+            if not kept_for_the_sweep(self.process):
+                self.process.stop()
+            write_tool_report(out)
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-report")
+        done = pool.submit(stop_and_report)
+        pool.shutdown(wait=False)  # the caller waits for `done`
+        return done.result  # the report's own error, if any, is raised there
+
+
+@dataclass(frozen=True, slots=True)
+class ServedGateway:
+    """Gateway replicas on Ray Serve (`rollout.run.gateway_serve`), taken down when the run's `with` is left."""
+
+    serve: ServeGateway
+
+    def wait_ready(self) -> str:
+        return self.serve.wait_ready()
+
+    def take_run(self, run_id: str, output_dir: Path) -> None:
+        pass
+
+    def watched(self) -> Gateway | None:
+        return None  # Serve restarts a replica that dies
+
+    def report_when_stopped(self, out: Path) -> Callable[[], None]:
+        return lambda: write_tool_report(out)  # the replicas closed their ledgers as Serve took them down
+
+
+def write_tool_report(out: Path) -> None:
+    """`rollout.report.write_tool_report`, imported when used: the report needs pandas, which the summary does not."""
+    from rollout.report.tool_stats import write_tool_report as write
+
+    write(out)
+
 
 @contextlib.contextmanager
-def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProcess | ServeGateway | RunningGateway]:
+def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[RunGateway]:
     """The configured gateway, or one launched for this run (stopped after it, even on failure), or within a sweep
     the one its jobs share (`rollout.run.sweep_gateway`, stopped when the sweep ends).
 
@@ -111,12 +200,12 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[GatewayProces
                 replicas=cfg.gateway.replicas, replica_cpus=cfg.gateway.replica_cpus,
                 autoscaling=cfg.gateway.autoscaling, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
             ) as served:
-                yield served
+                yield ServedGateway(served)
         return
     with gateway_process(lambda retriever_config: gateway_args(cfg, corpus_path, retriever_config),
                          cfg.retriever.to_dict(), host=host, auth_token=token,
                          ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
-        yield gw
+        yield LaunchedGateway(gw)
 
 
 def _plan_gateway_file(cfg: RunConfig) -> None:

@@ -12,7 +12,7 @@ from rollout.agents.openai_agent import OpenAIAgent
 from rollout.errors import ConfigError
 from rollout.events import EventLog
 from rollout.run.config import compose_run_config
-from rollout.run.driver import check_agent
+from rollout.run.prepare import check_agent
 from rollout.trainers.reward import METRICS, compute_score
 from tests.agents.chat_server import answer, tool_calls
 from tests.agents.conftest import SPARSE

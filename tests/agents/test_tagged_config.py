@@ -16,8 +16,8 @@ from rollout.errors import ConfigError
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.llm.chat_template import load_chat_template
 from rollout.run.config import compose_run_config
-from rollout.run.driver import check_agent_tools
 from rollout.run.identity import identity_settings
+from rollout.run.prepare import check_agent_tools
 from tests.agents.conftest import CORPUS_INFO, SPARSE
 from tests.agents.test_tagged_agent import CHATML, INVALID, PROTOCOL, SEARCH_R1_INSTRUCTION, make_agent
 from tests.conftest import gateway_on_loopback

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from rollout.gateway_file import GATEWAYS_DIR, load_gateway_file
 from rollout.records import Question, TaskResult
-from rollout.run.driver import offered_tools
+from rollout.run.serving import offered_tools
 from rollout.run.worker import EnvSpec, RolloutWorker
 from rollout.run_folder import CONFIG_FILE, RunTools, append_task, trajectory_path, write_tools
 from tests.agents.chat_server import (

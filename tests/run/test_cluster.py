@@ -49,7 +49,7 @@ def test_is_loopback():
 
 
 def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, caplog, tmp_path):
-    from rollout.run import driver, sweep_gateway
+    from rollout.run import gateway_kinds, sweep_gateway
 
     launched = {}
 
@@ -67,7 +67,8 @@ def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, c
     monkeypatch.delenv("ROLLOUT_GATEWAY_TOKEN", raising=False)
     cfg = compose_run_config(f"output_dir={tmp_path}")
     cfg = dataclasses.replace(cfg, gateway=dataclasses.replace(cfg.gateway, host="10.9.8.7"))
-    with caplog.at_level(logging.WARNING, logger="rollout.run.driver"), driver.gateway_for_run(cfg, tmp_path / "c.jsonl"):
+    with caplog.at_level(logging.WARNING, logger="rollout.run.gateway_kinds"), \
+            gateway_kinds.gateway_for_run(cfg, tmp_path / "c.jsonl"):
         pass
     assert launched["host"] == "10.9.8.7"
     assert "without a token" in caplog.text and "ROLLOUT_GATEWAY_TOKEN" in caplog.text
