@@ -67,6 +67,7 @@ TOP_K = "rollout/retrieval/base.py"
 KERNELS = "rollout/retrieval/bm25_kernels.py"
 SCORERS = "rollout/retrieval/bm25_scorers.py"
 RETRIEVE = "rollout/gateway/retrieve_api.py"
+RETRIEVE_REQUEST = "rollout/gateway/retrieve_request.py"
 
 LEDGER_TESTS = ("tests/gateway/test_call_outcomes.py", "tests/gateway/test_stats.py", "tests/gateway/test_run_ledgers.py")
 SCORING_TESTS = ("tests/report/test_scoring.py", "tests/report/test_scoring_stream.py")
@@ -170,7 +171,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # POST /retrieve.
     Mutant("retrieve-request-beats-pin", RETRIEVE, 'k = route.pins.get("top_k", parsed.topk)',
            'k = parsed.topk if parsed.topk is not None else route.pins.get("top_k")', RETRIEVE_TESTS),
-    Mutant("retrieve-max-top-k-exclusive", RETRIEVE, "not 1 <= topk <= max_top_k)", "not 1 <= topk < max_top_k)",
+    Mutant("retrieve-max-top-k-exclusive", RETRIEVE_REQUEST, "not 1 <= topk <= max_top_k)", "not 1 <= topk < max_top_k)",
            RETRIEVE_TESTS),
     Mutant("retrieve-failure-unrecorded", RETRIEVE,
            "            if self.collector is not None:\n                self.collector.append(ledger_lines(self._stats(",
