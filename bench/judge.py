@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from rollout.records import TaskResult
-from rollout.report.judge import DEFAULT_CONCURRENCY, JudgeSettings
-from rollout.report.judge_command import judge_run
+from rollout.report.judge.command import judge_run
+from rollout.report.judge.grader import DEFAULT_CONCURRENCY, JudgeSettings
 from rollout.run_folder import TRAJECTORY_FILE
 
 

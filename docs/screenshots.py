@@ -24,7 +24,7 @@ from playwright.sync_api import Page, expect
 
 from rollout.errors import NotARunFolderError
 from rollout.paths import PROJECT_ROOT
-from rollout.report.run_folders import find_runs
+from rollout.report.compare.run_folders import find_runs
 from rollout.view.pages import grid, open_runs
 from tests.view.browser import chromium, find_chromium, require_playwright, serving
 

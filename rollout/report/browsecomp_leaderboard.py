@@ -47,7 +47,7 @@ from rollout.benchmark_scores import BROWSECOMP_PLUS_NAMES, BrowseCompPlusScores
 from rollout.records import TaskResult
 from rollout.report.calibration import browsecomp_plus_error
 from rollout.report.extra_scores import ExtraScores
-from rollout.report.judge_presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
+from rollout.report.judge.presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
 
 SEARCH_TOOLS = ("search", "search_bm25", "search_dense")
 """BrowseComp-Plus' search tools as rollout's modes name them (`bcp_bm25`, `bcp_dense`: `search`; `bcp_both`: one
@@ -71,7 +71,7 @@ _DIGITS = re.compile(r"\d+")
 
 def final_response(task: TaskResult) -> str:
     """The agent's final message (the last assistant message with text), else its prediction: what rollout's
-    `browsecomp_plus` judge reads (`rollout.report.judge.judged_text` calls this), so citations and verdict are of
+    `browsecomp_plus` judge reads (`rollout.report.judge.grader.judged_text` calls this), so citations and verdict are of
     one text."""
     for message in reversed(task.messages):
         if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:

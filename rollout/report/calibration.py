@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from rollout.benchmark_scores import Calibration, CalibrationBin
-from rollout.report.judge_presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
+from rollout.report.judge.presets import JUDGE_CONFIDENCE, JUDGE_CORRECT
 from rollout.report.running import ExactSum
 
 BINS = 10

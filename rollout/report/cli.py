@@ -21,12 +21,12 @@ from rich.text import Text
 
 from rollout.console import ReadableConsole, percent
 from rollout.errors import NotARunFolderError, ReportError, RolloutError
-from rollout.report.compare import compare_runs
-from rollout.report.compare_render import TEXT_COLUMNS, comparison_tables, pair_sentence, write_comparison
-from rollout.report.judge_command import add_judge_parser
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.run_folders import common_parent, find_runs
+from rollout.report.compare.tables import TEXT_COLUMNS, comparison_tables, pair_sentence, write_comparison
+from rollout.report.judge.command import add_judge_parser
 from rollout.report.printed import degraded_lines, print_summary
 from rollout.report.rescore import rescore
-from rollout.report.run_folders import common_parent, find_runs
 from rollout.report.tool_stats import write_tool_report
 from rollout.report.tool_use import (
     BY_CHOICES,

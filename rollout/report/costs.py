@@ -10,7 +10,7 @@ tool calls, events, usage and latency), so a run resumed across versions is summ
 context tokens unless the gateway stamped them, which `calls_counted` against `calls` keeps visible. A run none
 of whose records carries accounting gets no section at all: its zeros would read as measurements.
 
-`rollout.report.compare` uses the same tally, so a comparison's cost columns agree with each run's summary.
+`rollout.report.compare.comparison` uses the same tally, so a comparison's cost columns agree with each run's summary.
 """
 
 from __future__ import annotations

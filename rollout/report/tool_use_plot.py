@@ -1,7 +1,7 @@
 """by_step.png / by_time.png: each tool's share of the calls per window (stacked), over the calls per window.
 
 One bar per window, as wide as the window and placed at its start, so a gap in the training (steps or minutes with
-no call) shows as a gap. Drawn with matplotlib's Agg backend, as `rollout.report.compare_plot` is.
+no call) shows as a gap. Drawn with matplotlib's Agg backend, as `rollout.report.compare.plot` is.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from rollout.report.tool_use import KEY_COLUMNS, ToolUse, duration  # noqa: E402
-
 
 TIME_UNITS = ((3600.0, "hours"), (60.0, "minutes"), (1.0, "seconds"))
 """The x axis of a time plot: the largest unit no longer than the window."""

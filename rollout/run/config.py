@@ -22,7 +22,7 @@ from rollout.run.sweep_folders import folder_parts
 from rollout.wire import MAX_DOCS_PER_CALL
 
 if TYPE_CHECKING:
-    from rollout.report.judge import JudgeSettings
+    from rollout.report.judge.grader import JudgeSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +180,7 @@ class RunConfig:
         if not (self.judge or {}).get("model"):
             return None
         # Imported only for a judged run: the judge's LLM client (openai) is most of a run's start-up imports.
-        from rollout.report.judge import JudgeSettings
+        from rollout.report.judge.grader import JudgeSettings
 
         return JudgeSettings.from_config(self.judge)
 

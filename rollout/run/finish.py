@@ -29,7 +29,7 @@ def score_and_print(cfg: RunConfig, out: Path, agent: object, timeline: Timeline
                     degraded_tools: dict[str, str]) -> RunSummary:
     """Judge (when configured), score and print the run's summary; returns it."""
     if not interrupted and (judge := cfg.judge_settings()) is not None:
-        from rollout.report.judge_command import judge_finished_run  # the judge's client, for judged runs only
+        from rollout.report.judge.command import judge_finished_run  # the judge's client, for judged runs only
 
         judge_finished_run(out, judge, ReadableConsole())  # its scores file joins the summary below
     # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be

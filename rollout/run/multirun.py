@@ -107,9 +107,9 @@ class CompareOnMultirunEnd(Callback):
             return
         # Imported here: Hydra builds this callback before every run, and the comparison's pandas and matplotlib
         # (about a second) are for the end of a sweep only.
-        from rollout.report.compare import compare_runs
-        from rollout.report.compare_render import pair_sentence, write_comparison
-        from rollout.report.run_folders import find_runs
+        from rollout.report.compare.comparison import compare_runs
+        from rollout.report.compare.run_folders import find_runs
+        from rollout.report.compare.tables import pair_sentence, write_comparison
 
         comparison = compare_runs(find_runs(runs), baseline=self.baseline)
         for p in comparison.pairs:

@@ -114,8 +114,8 @@ async def compute_judge_score(
     a reward the judge never gave would train on nothing."""
     # The judge's modules (openai's client) are imported by the judge's reward only.
     from rollout.llm.chat_client import ChatClient, RetryPolicy
-    from rollout.report.judge import JudgeError, JudgeSettings, gold_target, unanswered
-    from rollout.report.judge_presets import JUDGE_CORRECT
+    from rollout.report.judge.grader import JudgeError, JudgeSettings, gold_target, unanswered
+    from rollout.report.judge.presets import JUDGE_CORRECT
 
     settings = JudgeSettings.from_config(judge, JUDGE_SETTING_NAMES)
     answer = last_answer(solution_str, answer_open, answer_close)

@@ -25,10 +25,10 @@ from typing import Any
 from rollout.benchmark_scores import Calibration
 from rollout.errors import ReportError
 from rollout.repetition import Repetition
-from rollout.report.compare import Comparison, compare_runs
+from rollout.report.compare.comparison import Comparison, compare_runs
+from rollout.report.compare.question_set import RunQuestionSet, question_set_line, run_question_set, shared_question_set
+from rollout.report.compare.run_folders import distinct_labels
 from rollout.report.extra_scores import ExtraScores, read_scores, scores_dir
-from rollout.report.question_set import RunQuestionSet, question_set_line, run_question_set, shared_question_set
-from rollout.report.run_folders import distinct_labels
 from rollout.report.scoring import STATUSES, metric_interval
 from rollout.run_folder import read_json, read_summary, report_path, trajectory_path
 from rollout.view.index import TrajectoryIndex
@@ -358,8 +358,8 @@ def comparison_plots(c: Comparison) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from rollout.report.compare_costs import plot_costs
-    from rollout.report.compare_plot import plot_comparison
+    from rollout.report.compare.cost_plot import plot_costs
+    from rollout.report.compare.plot import plot_comparison
 
     uris = []
     with tempfile.TemporaryDirectory(prefix="rollout-view-") as tmp:

@@ -11,7 +11,7 @@ import uvicorn
 
 from rollout.errors import ViewError
 from rollout.listen import bind_socket
-from rollout.report.run_folders import common_parent, find_runs
+from rollout.report.compare.run_folders import common_parent, find_runs
 from rollout.run_folder import TRAJECTORY_FILE
 from rollout.view.pages import open_runs
 from rollout.view.web import Viewer, create_app

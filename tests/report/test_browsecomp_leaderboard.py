@@ -13,11 +13,11 @@ from rich.console import Console
 
 from rollout.records import Question, TaskResult
 from rollout.report.browsecomp_leaderboard import cited_docids, final_response, run_status
-from rollout.report.compare import compare_runs
-from rollout.report.compare_render import comparison_json, comparison_tables, write_comparison
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.tables import comparison_json, comparison_tables, write_comparison
 from rollout.report.extra_scores import read_scores
-from rollout.report.judge import judged_text
-from rollout.report.judge_presets import BROWSECOMP_PLUS
+from rollout.report.judge.grader import judged_text
+from rollout.report.judge.presets import BROWSECOMP_PLUS
 from rollout.report.printed import print_summary
 from rollout.report.rescore import rescore
 from rollout.report.scoring import summarize

@@ -1,4 +1,4 @@
-"""`rollout.report.compare` and `python -m rollout.report compare`: numbers checkable by hand.
+"""`rollout.report.compare.comparison` and `python -m rollout.report compare`: numbers checkable by hand.
 
 Two hand-written runs over questions t0..t9 plus a few that only one run has, one repeat each:
 - dense  (baseline): right on t0..t3; t11 only here, an error. 11 tasks, 10 scored, EM 4/10.
@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 from rollout.errors import NotARunFolderError, ReportError
-from rollout.report.compare import compare_runs
-from rollout.report.compare_render import (
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.paired import bootstrap_ci
+from rollout.report.compare.run_folders import find_runs
+from rollout.report.compare.tables import (
     COMPARISON_CSV,
     COMPARISON_JSON,
     COMPARISON_MD,
@@ -26,8 +28,6 @@ from rollout.report.compare_render import (
     comparison_tables,
     write_comparison,
 )
-from rollout.report.paired import bootstrap_ci
-from rollout.report.run_folders import find_runs
 from tests.report.runs import DENSE, SPARSE, write_jsonl
 from tests.report.test_cli import cli
 

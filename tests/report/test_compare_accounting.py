@@ -17,9 +17,9 @@ import pytest
 from rollout.accounting import CallAccounting
 from rollout.events import LLMOutputEvent
 from rollout.records import Question, TaskResult, ToolCallRecord
-from rollout.report.compare import compare_runs
-from rollout.report.compare_costs import NO_ACCOUNTING, draw_stack, time_stack, token_stack
-from rollout.report.compare_render import (
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.cost_plot import NO_ACCOUNTING, draw_stack, time_stack, token_stack
+from rollout.report.compare.tables import (
     COMPARISON_COSTS_PNG,
     COMPARISON_CSV,
     COMPARISON_JSON,

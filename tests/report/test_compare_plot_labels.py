@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from rollout.report.compare import Comparison, compare_runs
-from rollout.report.compare_costs import plot_costs
-from rollout.report.compare_plot import TICK_LINES, TICK_WIDTH, plot_comparison, tick_label
-from rollout.report.run_folders import find_runs
+from rollout.report.compare.comparison import Comparison, compare_runs
+from rollout.report.compare.cost_plot import plot_costs
+from rollout.report.compare.plot import TICK_LINES, TICK_WIDTH, plot_comparison, tick_label
+from rollout.report.compare.run_folders import find_runs
 from tests.report.test_compare import dense_tasks, make, sparse_tasks
 
 OVERRIDES = ",agent=search_r1,llm.model=SmolLM2-135M-Instruct,llm.sampling.max_tokens=500,dataset.limit=45"

@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 
 from rollout.cli import main
-from rollout.report.judge_command import judge_run, print_judging, settings_for
 from rollout.report.cli import build_parser
-from rollout.report.judge_store import read_verdicts, scores_path, verdicts_path
+from rollout.report.judge.command import judge_run, print_judging, settings_for
+from rollout.report.judge.store import read_verdicts, scores_path, verdicts_path
 from rollout.run_folder import TRAJECTORY_FILE
 from tests.report.judge_runs import make_run, read_lines, task
 from tests.report.judge_server import JudgeServer, error, judge_server, said
@@ -270,7 +270,7 @@ def test_a_dead_judge_is_told_the_option_of_the_command_and_leaves_no_verdicts_f
 
 
 def test_a_dead_judge_at_the_end_of_a_run_is_told_the_runs_setting_and_leaves_no_verdicts_file(tmp_path, caplog):
-    from rollout.report.judge_command import judge_finished_run
+    from rollout.report.judge.command import judge_finished_run
     from rollout.run.config import compose_run_config
 
     run = make_run(tmp_path)
@@ -284,7 +284,7 @@ def test_a_dead_judge_at_the_end_of_a_run_is_told_the_runs_setting_and_leaves_no
 
 
 async def test_a_dead_judge_of_a_training_reward_is_told_the_rewards_setting():
-    from rollout.report.judge import JudgeError
+    from rollout.report.judge.grader import JudgeError
     from rollout.trainers.reward import compute_judge_score
 
     with pytest.raises(JudgeError) as raised:
@@ -297,7 +297,7 @@ async def test_a_dead_judge_of_a_training_reward_is_told_the_rewards_setting():
 
 @pytest.mark.parametrize("refusal", ["llama_cpp", "vllm_new", "vllm"])
 def test_a_judge_prompt_too_long_for_its_server_is_named_so_not_a_dead_server(server, tmp_path, refusal):
-    from rollout.report.judge import JudgeError
+    from rollout.report.judge.grader import JudgeError
     from tests.agents.chat_server import overflow
 
     run = make_run(tmp_path)
@@ -314,7 +314,7 @@ def test_a_judge_prompt_too_long_for_its_server_is_named_so_not_a_dead_server(se
 
 
 def test_a_judging_that_fails_leaves_no_empty_verdicts_file(tmp_path):
-    from rollout.report.judge import JudgeError
+    from rollout.report.judge.grader import JudgeError
 
     run = make_run(tmp_path)
     with pytest.raises(JudgeError):

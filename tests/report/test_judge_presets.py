@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from rollout.errors import ConfigError
-from rollout.report.judge_presets import (
+from rollout.report.judge.presets import (
     PRESETS,
     get_preset,
     parse_browsecomp,

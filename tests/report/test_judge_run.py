@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rollout.report.judge_store import scores_path
+from rollout.report.judge.store import scores_path
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run_folder import iter_trajectory

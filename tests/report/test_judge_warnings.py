@@ -12,8 +12,8 @@ from rich.console import Console
 
 from rollout.llm.chat_client import ChatClient, RetryPolicy
 from rollout.llm.trouble import LOGGER, RETRYING, SLOW, TIMEOUT_GIVING_UP, TIMEOUT_RETRYING
-from rollout.report.judge import Judge, JudgeError
-from rollout.report.judge_command import judge_run
+from rollout.report.judge.command import judge_run
+from rollout.report.judge.grader import Judge, JudgeError
 from tests.report.judge_runs import make_run, task
 from tests.report.judge_server import answer, judge_server
 from tests.report.test_judge import DEAD, cli, settings
@@ -65,7 +65,7 @@ async def test_a_slow_judge_names_the_commands_token_limit(server, tmp_path, cap
 
 
 def test_a_dead_judge_at_the_end_of_a_run_warns_with_the_runs_setting(tmp_path, caplog):
-    from rollout.report.judge_command import judge_finished_run
+    from rollout.report.judge.command import judge_finished_run
     from rollout.run.config import compose_run_config
 
     run = make_run(tmp_path)

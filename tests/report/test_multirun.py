@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rollout.paths import CONF_DIR
-from rollout.report.compare_render import COMPARISON_COSTS_PNG, COMPARISON_MD, COMPARISON_PNG
+from rollout.report.compare.tables import COMPARISON_COSTS_PNG, COMPARISON_MD, COMPARISON_PNG
 from rollout.run.multirun import CompareOnMultirunEnd
 from rollout.run_folder import FINGERPRINT_FILE
 from tests.report.test_compare import dense_tasks, make, sparse_tasks

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from rollout.repetition import arguments_key, task_repeats
-from rollout.report.compare import compare_runs
-from rollout.report.compare_render import comparison_tables, write_comparison
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.tables import comparison_tables, write_comparison
 from rollout.report.printed import print_summary
 from rollout.report.rescore import rescore
 from rollout.report.scoring import summarize

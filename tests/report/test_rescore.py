@@ -10,8 +10,8 @@ import pytest
 
 from rollout.errors import ConfigError, NotARunFolderError
 from rollout.report.cli import main
-from rollout.report.compare import compare_runs
-from rollout.report.compare_render import comparison_json, comparison_tables, pair_sentence
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.tables import comparison_json, comparison_tables, pair_sentence
 from rollout.report.extra_scores import read_scores, write_scores
 from rollout.report.rescore import rescore
 from rollout.run.config import compose_run_config

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from rollout.events import CompletionEvent, LLMOutputEvent
 from rollout.records import Question, TaskResult
-from rollout.report.compare import compare_runs
-from rollout.report.compare_render import comparison_json, comparison_tables
+from rollout.report.compare.comparison import compare_runs
+from rollout.report.compare.tables import comparison_json, comparison_tables
 from rollout.report.printed import print_summary
 from rollout.report.scoring import score_task, summarize
 from rollout.summary import RunSummary

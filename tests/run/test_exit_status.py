@@ -16,7 +16,7 @@ import pytest
 from rollout.errors import ConfigError, RunInterrupted
 from rollout.paths import PROJECT_ROOT
 from rollout.records import Question, TaskResult
-from rollout.report.compare_render import COMPARISON_MD
+from rollout.report.compare.tables import COMPARISON_MD
 from rollout.report.scoring import summarize
 from rollout.run.outcome import (
     EXIT_BAD_INPUT,

@@ -12,7 +12,7 @@ import pytest
 
 from rollout.errors import ServerSetupError
 from rollout.records import TaskResult
-from rollout.report.compare import compare_runs
+from rollout.report.compare.comparison import compare_runs
 from rollout.report.rescore import rescore
 from rollout.run.config import compose_run_config
 from rollout.run.driver import run

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rollout.records import TaskKey, TaskResult
-from rollout.report.judge import JudgeRecord
-from rollout.report.judge_presets import JUDGE_CORRECT
+from rollout.report.judge.grader import JudgeRecord
+from rollout.report.judge.presets import JUDGE_CORRECT
 from rollout.report.metrics import exact_match
 
 

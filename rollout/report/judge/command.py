@@ -1,9 +1,9 @@
 """`rollout report judge RUN ...`, and the judging a run with `judge.model` set does at its end.
 
 Judging reads the run's trajectory, asks the judge about every scored answer it has no verdict for
-(`rollout.report.judge`), appends the verdicts to the judge's own file, rewrites `scores/judge.jsonl` and prints
+(`rollout.report.judge.grader`), appends the verdicts to the judge's own file, rewrites `scores/judge.jsonl` and prints
 the judge's metrics, its usage (apart from the agent's) and the table of exact match against the judge
-(`rollout.report.judge_agreement`). The agent is never run again.
+(`rollout.report.judge.agreement`). The agent is never run again.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from rich.text import Text
 from rollout.console import percent
 from rollout.errors import RolloutError
 from rollout.records import TaskKey, TaskResult
-from rollout.report.judge import (
+from rollout.report.compare.run_folders import find_runs
+from rollout.report.judge.agreement import Agreement, Disagreement, agreement
+from rollout.report.judge.grader import (
     Judge,
     JudgeRecord,
     JudgeSettings,
@@ -31,9 +33,8 @@ from rollout.report.judge import (
     needs_asking,
     reread,
 )
-from rollout.report.judge_agreement import Agreement, Disagreement, agreement
-from rollout.report.judge_presets import PRESETS
-from rollout.report.judge_store import (
+from rollout.report.judge.presets import PRESETS
+from rollout.report.judge.store import (
     JudgeUsage,
     VerdictsFile,
     read_verdicts,
@@ -42,7 +43,6 @@ from rollout.report.judge_store import (
     write_scores,
 )
 from rollout.report.rescore import rescore
-from rollout.report.run_folders import find_runs
 from rollout.report.scoring import is_scored
 from rollout.run_folder import iter_trajectory, read_config
 

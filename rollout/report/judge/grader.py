@@ -2,7 +2,7 @@
 
 The judge is any OpenAI-compatible chat-completions endpoint, asked through the agents' `ChatClient` (same
 retries, timeouts and prices). Its identity (`JudgeSettings.key`) is the endpoint, the model, the preset, the hash
-of the preset's prompt and the sampling: verdicts are stored per identity (`rollout.report.judge_store`), so a
+of the preset's prompt and the sampling: verdicts are stored per identity (`rollout.report.judge.store`), so a
 second judging by the same judge asks nothing it has answered, and another judge is kept beside it.
 
 Which tasks: those the run scores (`rollout.report.scoring.is_scored`). A failed task that the run scores
@@ -29,7 +29,7 @@ from rollout.llm.context_window import budget_in
 from rollout.llm.settings import named_as
 from rollout.records import TaskKey, TaskResult
 from rollout.report.browsecomp_leaderboard import final_response
-from rollout.report.judge_presets import JUDGE_CORRECT, JudgePreset, Verdict, get_preset
+from rollout.report.judge.presets import JUDGE_CORRECT, JudgePreset, Verdict, get_preset
 
 logger = logging.getLogger(__name__)
 

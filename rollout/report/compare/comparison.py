@@ -3,9 +3,9 @@
 Every number is rebuilt from `trajectory.jsonl`, streamed one task at a time and scored with
 `rollout.report.scoring.score_task`, so a comparison agrees with each run's own evaluation summary.
 
-`compare_runs` finds and names the runs (`rollout.report.run_folders`), scores each into its row
-(`rollout.report.run_row`), pairs each with the baseline (`rollout.report.paired`) and returns the `Comparison`
-that `rollout.report.compare_render` prints and writes.
+`compare_runs` finds and names the runs (`rollout.report.compare.run_folders`), scores each into its row
+(`rollout.report.compare.run_row`), pairs each with the baseline (`rollout.report.compare.paired`) and returns the `Comparison`
+that `rollout.report.compare.tables` prints and writes.
 
 Definitions
 - A record is one (question, repeat). Records that ended in `error`, `timeout` or `infra_error`
@@ -34,7 +34,7 @@ Definitions
 - BrowseComp-Plus' leaderboard numbers (`rollout.report.browsecomp_leaderboard`) are each run's own, over its scored
   records, side by side in a table of their own for the runs that have them; they are not paired.
 - A run's question set is named from its config.yaml and known by the hash in its fingerprint.json
-  (`rollout.report.question_set`): runs of different sets are refused unless `allow_different_questions`; a run's
+  (`rollout.report.compare.question_set`): runs of different sets are refused unless `allow_different_questions`; a run's
   `questions` are the distinct question ids it asked.
 - A flip is a question right in one run and wrong in the other, "right" meaning a repeat-averaged
   EM above 0.5 (right in most of its repeats; with one repeat, simply right).
@@ -48,16 +48,16 @@ from pathlib import Path
 
 from rollout.errors import ReportError
 from rollout.report.calls import run_mode
-from rollout.report.paired import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, PairedComparison, pair, relative_change
-from rollout.report.question_set import (
+from rollout.report.compare.paired import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, PairedComparison, pair, relative_change
+from rollout.report.compare.question_set import (
     RunQuestionSet,
     check_one_question_set,
     question_set_line,
     run_question_set,
     shared_question_set,
 )
-from rollout.report.run_folders import distinct_labels, find_runs
-from rollout.report.run_row import RunRow, score_run
+from rollout.report.compare.run_folders import distinct_labels, find_runs
+from rollout.report.compare.run_row import RunRow, score_run
 from rollout.report.scoring import METRICS
 
 

@@ -1,9 +1,9 @@
-"""One run folder scored for `rollout.report.compare`: its row of the comparison table and its per-question means.
+"""One run folder scored for `rollout.report.compare.comparison`: its row of the comparison table and its per-question means.
 
 `score_run` streams the run's `trajectory.jsonl` one task at a time and scores each with
 `rollout.report.scoring.score_task`, as the run's own evaluation summary does; `RunRow` is what the per-mode table
-shows, `ScoredRun` adds each scored question's repeat-averaged metrics, which `rollout.report.paired` pairs. What
-each number means is in `rollout.report.compare`'s definitions.
+shows, `ScoredRun` adds each scored question's repeat-averaged metrics, which `rollout.report.compare.paired` pairs. What
+each number means is in `rollout.report.compare.comparison`'s definitions.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from rollout.repetition import Repetition
 from rollout.report.browsecomp_leaderboard import BrowseCompPlusTally, judge_of
 from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
 from rollout.report.calls import run_mode
+from rollout.report.compare.question_set import RunQuestionSet
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
-from rollout.report.question_set import RunQuestionSet
 from rollout.report.scoring import METRICS, score_task
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
 

@@ -24,9 +24,9 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from rollout.accounting import AGENT, STAGES
-from rollout.report.compare import Comparison
-from rollout.report.compare_plot import panel_width, set_run_ticks, tick_label
-from rollout.report.run_row import RunRow
+from rollout.report.compare.comparison import Comparison
+from rollout.report.compare.plot import panel_width, set_run_ticks, tick_label
+from rollout.report.compare.run_row import RunRow
 
 LLM, WAITING = "LLM", "waiting"
 """Names of the time panel's first and last parts; the tools' names come between."""

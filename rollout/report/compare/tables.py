@@ -13,11 +13,11 @@ from typing import Any
 
 from rollout.benchmark_scores import BROWSECOMP_PLUS_NAMES
 from rollout.report.browsecomp_leaderboard import leaderboard_cells, search_columns
-from rollout.report.compare import Comparison
-from rollout.report.compare_costs import plot_costs
-from rollout.report.compare_plot import plot_comparison
-from rollout.report.paired import CI_LEVEL, RIGHT_ABOVE, MetricDiff, PairedComparison
-from rollout.report.run_row import RunRow
+from rollout.report.compare.comparison import Comparison
+from rollout.report.compare.cost_plot import plot_costs
+from rollout.report.compare.paired import CI_LEVEL, RIGHT_ABOVE, MetricDiff, PairedComparison
+from rollout.report.compare.plot import plot_comparison
+from rollout.report.compare.run_row import RunRow
 from rollout.report.scoring import METRICS, metric_label
 
 logger = logging.getLogger(__name__)

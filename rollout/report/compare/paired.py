@@ -1,7 +1,7 @@
-"""The paired view of `rollout.report.compare`: one run against the baseline, question by question.
+"""The paired view of `rollout.report.compare.comparison`: one run against the baseline, question by question.
 
 The unit is the question: the ids both runs scored, each question's value being the mean of its scored repeats
-(`rollout.report.run_row.ScoredRun`). Every metric's difference (run - baseline) gets a percentile bootstrap CI
+(`rollout.report.compare.run_row.ScoredRun`). Every metric's difference (run - baseline) gets a percentile bootstrap CI
 from `BOOTSTRAP_RESAMPLES` resamples of those questions, seeded so the same runs always give the same interval; a
 flip is a question right in one run and wrong in the other (repeat-averaged EM above `RIGHT_ABOVE`).
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rollout.report.run_row import ScoredRun
+from rollout.report.compare.run_row import ScoredRun
 from rollout.report.scoring import CI_LEVEL, METRICS
 
 BOOTSTRAP_RESAMPLES = 10_000

@@ -24,7 +24,7 @@ import numpy as np
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskKey
 from rollout.report import extra_scores
-from rollout.report.judge import JudgeRecord, JudgeSettings
+from rollout.report.judge.grader import JudgeRecord, JudgeSettings
 from rollout.run_folder import write_json
 
 JUDGEMENTS_DIR = "judgements"

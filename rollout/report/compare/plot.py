@@ -20,8 +20,8 @@ matplotlib.use("Agg")  # before pyplot: no display on the machines sweeps run on
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from rollout.report.compare import Comparison  # noqa: E402
-from rollout.report.paired import CI_LEVEL  # noqa: E402
+from rollout.report.compare.comparison import Comparison  # noqa: E402
+from rollout.report.compare.paired import CI_LEVEL  # noqa: E402
 from rollout.report.scoring import ANSWER_METRICS, METRICS, metric_label  # noqa: E402
 
 METRIC_COLORS = ("#4C72B0", "#55A868", "#C44E52", "#8172B2", "#CCB974", "#64B5CD", "#937860")
