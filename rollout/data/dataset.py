@@ -120,6 +120,17 @@ def _check_source_keys(d: Mapping[str, Any]) -> None:
                               f"(dataset.{section} reads {', '.join(valid)}; conf/dataset/{SOURCE_CONFIGS[section]} lists each)")
 
 
+def dataset_preset(choice: str) -> DictConfig:
+    """conf/dataset/CHOICE.yaml as Hydra composes it: the files its `defaults` include (`base/NAME@_here_`, what the
+    FlashRAG question sets share), then its own keys."""
+    own = OmegaConf.load(CONF_DIR / "dataset" / f"{choice}.yaml")
+    included = [OmegaConf.load(CONF_DIR / "dataset" / f"{str(entry).removesuffix('@_here_')}.yaml")
+                for entry in own.pop("defaults", []) if entry != "_self_"]
+    merged = OmegaConf.merge(*included, own)
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
 def unread_dataset_override(args: Sequence[str]) -> str | None:
     """Why a `dataset.<key>=value` override in `args` (without `+`) names a setting the chosen dataset does not read,
     as `check_dataset_keys` says it; None when none does. Hydra would refuse it first, suggesting `+dataset.<key>`,
@@ -127,10 +138,9 @@ def unread_dataset_override(args: Sequence[str]) -> str | None:
     overrides = [a.partition("=") for a in args if "=" in a and not a.startswith("-")]
     choices = [value for key, _, value in overrides if key.lstrip("+") == "dataset"]
     choice = choices[-1] if choices else _default_dataset()
-    config = CONF_DIR / "dataset" / f"{choice}.yaml"
-    if choice is None or "," in choice or not config.is_file():
+    if choice is None or "," in choice or not (CONF_DIR / "dataset" / f"{choice}.yaml").is_file():
         return None  # a sweep over datasets, or a name Hydra itself reports
-    dataset = OmegaConf.load(config)
+    dataset = dataset_preset(choice)
     absent = object()
     for key, _, value in overrides:
         path = key.removeprefix("dataset.")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 
-from rollout.data.dataset import check_dataset_keys, unread_dataset_override
+from rollout.data.dataset import check_dataset_keys, dataset_preset, unread_dataset_override
 from rollout.errors import ConfigError
+from rollout.paths import CONF_DIR
 from rollout.run.config import compose_run_config
 from tests.run.test_exit_status import python_m_rollout
 
@@ -64,3 +66,16 @@ def test_without_plus_a_misspelled_corpus_key_answers_instead_of_hydras_hint():
     problem = unread_dataset_override(["dataset=files", "dataset.corpus.pth=/data/notes"])
     assert problem is not None and "dataset.corpus.pth is not a corpus setting" in problem
     assert "did you mean dataset.corpus.path?" in problem
+
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF_DIR / "dataset").glob("*.yaml")))
+def test_each_dataset_preset_reads_as_hydra_composes_it(preset):
+    # The overrides check reads a preset itself, before Hydra runs: it must see what Hydra composes, the keys and
+    # values of the files a preset includes (the FlashRAG question sets' shared base) among them.
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        composed = compose(config_name="config", overrides=[f"dataset={preset}"])
+    assert OmegaConf.to_container(dataset_preset(preset), resolve=False) == \
+        OmegaConf.to_container(composed.dataset, resolve=False)
