@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rollout.data import CorpusSpec, QuestionSpec, load_corpus_spec, load_question_spec, materialize_corpus
-from rollout.paths import CONF_DIR
+from rollout.data.dataset import dataset_preset
 from rollout.records import Passage, Question
 from tests.data.helpers import write_jsonl
 
@@ -17,7 +17,7 @@ FLASHRAG = ["nq", "hotpotqa", "2wiki", "bamboogle"]
 
 
 def _sections(name: str) -> dict:
-    cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "dataset" / f"{name}.yaml"), throw_on_missing=False)
+    cfg = OmegaConf.to_container(dataset_preset(name), throw_on_missing=False)  # with the files it includes
     assert isinstance(cfg, dict) and cfg["kind"] == "files" and "limit" in cfg
     return cfg
 
