@@ -187,10 +187,10 @@ UNREADABLE_CALL_SAID = ("Failed to parse tool call arguments as JSON: [json.exce
 as a run of it recorded them."""
 
 
-def unreadable_call() -> Reply:
+def unreadable_call(said: str = UNREADABLE_CALL_SAID) -> Reply:
     """llama-server's answer to a request whose reply is a tool call its parser cannot read: HTTP 500 in its error
     body, the reply itself not sent."""
-    return Reply(500, {"error": {"code": 500, "message": UNREADABLE_CALL_SAID, "type": "server_error"}})
+    return Reply(500, {"error": {"code": 500, "message": said, "type": "server_error"}})
 
 
 def written_call(name: str, arguments: dict[str, Any], fmt: str = "hermes") -> str:
