@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
@@ -40,9 +40,9 @@ class RolledOut:
     """Tasks of the run (questions x repeats), finished before it or not."""
     interrupted: bool
     """Ctrl-C stopped it; what finished is in the trajectory."""
-    ran: Counter[str] = field(default_factory=Counter)
+    ran: Counter[str]
     """Tasks this run finished, by status."""
-    not_asked: frozenset[TaskKey] = frozenset()
+    not_asked: frozenset[TaskKey]
     """Tasks in the folder this run no longer asks (an earlier run's, over more questions or repeats)."""
 
 
@@ -91,4 +91,4 @@ def roll_out(cfg: RunConfig, prepared: Prepared, served: Served, timeline: Timel
             interrupted = True
             logger.warning("Interrupted: stopping the workers; finished tasks are saved")
     timeline.mark("all results")
-    return RolledOut(total, interrupted, ran, frozenset(resumed.not_asked))
+    return RolledOut(total, interrupted, ran, resumed.not_asked)
