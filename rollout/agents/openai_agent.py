@@ -94,6 +94,20 @@ def parse_arguments(call: ToolCallRequest, *, cut: bool = False) -> tuple[dict[s
     return arguments, None
 
 
+def _as_json(arguments: str) -> str:
+    """A call's arguments as the history sends them back: as written when they are JSON, else as a JSON string of
+    what was written (Qwen's templates show it as written). Servers that render the history through a chat template
+    parse these arguments (llama.cpp and vLLM answer HTTP 500 when they are not JSON), so a call the model could not
+    write would otherwise end the task a turn later, before the model had read why its call was not run."""
+    if not arguments.strip():  # run as {}
+        return "{}"
+    try:
+        json.loads(arguments)
+    except json.JSONDecodeError:
+        return json.dumps(arguments)
+    return arguments
+
+
 class OpenAIAgent:
     """Tool-calling loop against an OpenAI-compatible endpoint (`agent=openai`).
 
@@ -315,5 +329,6 @@ class OpenAIAgent:
         message: dict[str, Any] = {"role": "assistant", "content": "" if content is None and calls else content}
         if calls:
             message["tool_calls"] = [{"id": c.id, "type": "function",
-                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+                                      "function": {"name": c.name, "arguments": _as_json(c.arguments)}}
+                                     for c in calls]
         return message

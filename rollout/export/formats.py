@@ -89,7 +89,10 @@ def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:
         arguments = json.loads(function["arguments"])
     except json.JSONDecodeError:
         return call
-    return {**call, "function": {**function, "arguments": arguments}} if isinstance(arguments, dict) else call
+    # A string is what the model wrote of a call that could not be read, as the agent's history keeps it.
+    if not isinstance(arguments, (dict, str)):
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,22 @@ def unreadable_call(said: str = UNREADABLE_CALL_SAID) -> Reply:
     return Reply(500, {"error": {"code": 500, "message": said, "type": "server_error"}})
 
 
+def _unreadable_history_call(body: dict[str, Any]) -> Reply | None:
+    """As llama-server and vLLM read a request: they parse the arguments of every call in its history to render the
+    chat template, and answer HTTP 500 when those are not JSON (llama-server in the words it uses for a generated
+    call it cannot read)."""
+    for message in body.get("messages") or []:
+        for call in message.get("tool_calls") or [] if isinstance(message, dict) else []:
+            arguments = (call.get("function") or {}).get("arguments")
+            if isinstance(arguments, str) and arguments.strip():
+                try:
+                    json.loads(arguments)
+                except json.JSONDecodeError as e:
+                    return unreadable_call(f"Failed to parse tool call arguments as JSON: [json.exception.parse_error"
+                                           f".101] parse error at line {e.lineno}, column {e.colno}: syntax error")
+    return None
+
+
 def written_call(name: str, arguments: dict[str, Any], fmt: str = "hermes") -> str:
     """A tool call as a model writes it in its chat format, which a server without a tool parser returns as text;
     `functions` is llama-cpp-python's chatml-function-calling syntax, HTML-escaped as that server returns it."""
@@ -265,6 +281,8 @@ class ChatServer:
         return [r for r in self.requests if "prompt" in r]
 
     def _next(self, body: dict[str, Any]) -> Reply:
+        if unreadable := _unreadable_history_call(body):
+            return unreadable
         with self._lock:
             if self._script:
                 return self._script.popleft()

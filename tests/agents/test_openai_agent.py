@@ -7,6 +7,7 @@ environment session to a real gateway, so these tests see the wire format both w
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 from typing import Any
@@ -223,6 +224,9 @@ async def test_malformed_tool_arguments_go_back_to_the_model(chat, env):
     assert "must be a JSON object, got list" in not_object["content"]
     first = next(e for e in events.events if isinstance(e, LLMOutputEvent))
     assert first.tool_calls[0]["arguments"] == '{"query": "Arlen Voss'  # the raw text, as the model wrote it
+    # The history sends the call back as JSON the server can parse: a string of what was written, the list as it is.
+    sent_back = [m["tool_calls"][0]["function"]["arguments"] for m in requests[2]["messages"] if m.get("tool_calls")]
+    assert sent_back == [json.dumps('{"query": "Arlen Voss'), '["Arlen Voss"]']
 
 
 async def test_a_tool_that_raises_becomes_an_error_message(chat, make_tools, monkeypatch):

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from rich.console import Console
 
 import rollout.cli
@@ -44,7 +43,8 @@ def test_openai_rows_replay_the_conversation_the_model_was_sent(openai_run, tmp_
         assert born["tools"] == request["tools"] and born["parallel_tool_calls"] is request["parallel_tool_calls"]
     broken = rows[2]
     assert json.dumps(broken["messages"]) == json.dumps(sent(openai_run, BROKEN.id))
-    assert broken["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"query": "Arlen Voss'
+    # Sent back as a JSON string of what the model wrote, which a server can parse to render its template.
+    assert broken["messages"][2]["tool_calls"][0]["function"]["arguments"] == json.dumps('{"query": "Arlen Voss')
     if suffix == ".jsonl":  # the OpenAI file itself: these keys and nothing else
         assert [set(r) for r in read_jsonl(out)] == [{"messages", "tools", "parallel_tool_calls"}] * 3
 
