@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from rollout.codec import JsonRecord
+
 if TYPE_CHECKING:
     from rollout.events import AnyEvent
 
@@ -171,7 +173,7 @@ def _us(seconds: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class TimeSplit:
+class TimeSplit(JsonRecord):
     """Where a task's wall-clock time went, in seconds (`rollout.accounting.TaskAccounting`)."""
 
     total: float
@@ -184,16 +186,9 @@ class TimeSplit:
     """The rest: scheduling, the agent's own work, the environment. Never below 0 per task, and parallel tool
     calls overlap, so llm + tools + waiting can exceed total."""
 
-    def to_json(self) -> dict[str, float]:
-        return {"total": self.total, "llm": self.llm, "tools": self.tools, "waiting": self.waiting}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TimeSplit:
-        return cls(float(data["total"]), float(data["llm"]), float(data["tools"]), float(data["waiting"]))
-
 
 @dataclass(frozen=True, slots=True)
-class ToolAccounting:
+class ToolAccounting(JsonRecord):
     """What one tool's calls cost over a run's records, from the accounting each call carries."""
 
     stage: str | None
@@ -208,25 +203,6 @@ class ToolAccounting:
     """Mean prompt + completion tokens of the LLM calls the tool made itself, per counted call."""
     latency_ms_per_call: float | None
     """Mean round trip the agent waited for, over every call (None without calls)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "calls": self.calls, "calls_counted": self.calls_counted,
-                "context_tokens_per_call": self.context_tokens_per_call,
-                "llm_tokens_per_call": self.llm_tokens_per_call, "latency_ms_per_call": self.latency_ms_per_call}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ToolAccounting:
-        return cls(
-            stage=data.get("stage"), calls=int(data["calls"]), calls_counted=int(data["calls_counted"]),
-            context_tokens_per_call=float_or_none(data.get("context_tokens_per_call")),
-            llm_tokens_per_call=float_or_none(data.get("llm_tokens_per_call")),
-            latency_ms_per_call=float_or_none(data.get("latency_ms_per_call")),
-        )
-
-
-def float_or_none(value: Any) -> float | None:
-    """A JSON number as a float, None kept (fields of files that may not hold them)."""
-    return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)

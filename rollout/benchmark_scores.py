@@ -4,12 +4,14 @@ are right) and BrowseComp-Plus' own numbers (judged accuracy, evidence recall, s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from rollout.codec import JsonRecord
 
 
 @dataclass(frozen=True, slots=True)
-class CalibrationBin:
+class CalibrationBin(JsonRecord):
     """The records whose stated confidence falls in [low, high) (the last bin holds 1.0 too)."""
 
     low: float
@@ -20,13 +22,9 @@ class CalibrationBin:
     accuracy: float
     """Mean correctness."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "n": self.n, "confidence": self.confidence,
-                "accuracy": self.accuracy}
-
 
 @dataclass(frozen=True, slots=True)
-class Calibration:
+class Calibration(JsonRecord):
     """How well the confidences the answers state match how often they are right (`rollout.report.calibration`)."""
 
     n: int
@@ -41,23 +39,11 @@ class Calibration:
     """Mean stated confidence over the n records."""
     accuracy: float
     """Mean correctness over them."""
-    bins: list[CalibrationBin]
+    bins: list[CalibrationBin] = field(default_factory=list)
     """The bins that hold records, low to high."""
     browsecomp_plus_error: float | None = None
     """BrowseComp-Plus' calibration error (root mean square over bins of 100 answers sorted by confidence; see
     `rollout.report.calibration`), comparable with its leaderboard's once multiplied by 100; None under 100 answers."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "error": self.error, "correct_by": self.correct_by, "confidence": self.confidence,
-                "accuracy": self.accuracy, "bins": [b.to_json() for b in self.bins],
-                "browsecomp_plus_error": self.browsecomp_plus_error}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
-        return cls(n=int(data["n"]), error=float(data["error"]), correct_by=str(data["correct_by"]),
-                   confidence=float(data["confidence"]), accuracy=float(data["accuracy"]),
-                   bins=[CalibrationBin(**b) for b in data.get("bins", [])],
-                   browsecomp_plus_error=data.get("browsecomp_plus_error"))
 
 
 BROWSECOMP_PLUS_NAMES = {

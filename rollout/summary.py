@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.accounting import RunAccounting, float_or_none
+from rollout.accounting import RunAccounting
 from rollout.benchmark_scores import BrowseCompPlusScores, Calibration
+from rollout.codec import JsonRecord
 from rollout.repetition import Repetition
 
 BUILTIN_METRICS = ("exact_match", "f1", "contains_answer", "retrieval_recall")
@@ -98,7 +99,7 @@ class RepeatStats:
 
 
 @dataclass(frozen=True, slots=True)
-class ScoringSettings:
+class ScoringSettings(JsonRecord):
     """How the run was scored beyond the built-in metrics: recorded in the summary, not in the run's identity
     (rescoring is not rerunning)."""
 
@@ -109,19 +110,9 @@ class ScoringSettings:
     extra_metrics: dict[str, str] = field(default_factory=dict)
     """Each extra metric, in display order, → its source (a scores file's meta `source`, else its name)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"scorers": list(self.scorers), "score_files": list(self.score_files),
-                "extra_metrics": dict(self.extra_metrics)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScoringSettings:
-        return cls(scorers=[str(s) for s in data.get("scorers", [])],
-                   score_files=[str(f) for f in data.get("score_files", [])],
-                   extra_metrics={str(k): str(v) for k, v in (data.get("extra_metrics") or {}).items()})
-
 
 @dataclass(frozen=True, slots=True)
-class EndpointLoad:
+class EndpointLoad(JsonRecord):
     """How the LLM endpoint served a run's timed requests (`rollout.report.endpoint`)."""
 
     requests: int
@@ -131,27 +122,14 @@ class EndpointLoad:
     served_at_once: float | None
     """The most the server worked on together: exact (a whole number) when `timed_by_server`, else estimated from
     throughput (one decimal); None when no request reported completion tokens."""
-    timed_by_server: bool
+    timed_by_server: bool = False
     """Whether every request carried the server's own timings, which make `served_at_once` exact and
-    `queued_share` known."""
-    completion_tokens_per_s: float | None
+    `queued_share` known (False in files written before it was kept)."""
+    completion_tokens_per_s: float | None = None
     """Completion tokens over the time at least one request was in flight; None without usage."""
-    queued_share: float | None
+    queued_share: float | None = None
     """Share of the requests' time spent outside the server's own (queued, or on the wire); None without the
     server's timings."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "sent_at_once": self.sent_at_once, "served_at_once": self.served_at_once,
-                "timed_by_server": self.timed_by_server, "completion_tokens_per_s": self.completion_tokens_per_s,
-                "queued_share": self.queued_share}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EndpointLoad:
-        return cls(requests=int(data["requests"]), sent_at_once=int(data["sent_at_once"]),
-                   served_at_once=float_or_none(data.get("served_at_once")),
-                   timed_by_server=bool(data.get("timed_by_server", False)),
-                   completion_tokens_per_s=float_or_none(data.get("completion_tokens_per_s")),
-                   queued_share=float_or_none(data.get("queued_share")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,10 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rollout.codec import JsonRecord
 from rollout.errors import ConfigError, ContextWindowExceeded, LLMError
 from rollout.llm.chat_client import ChatClient, LLMSettings, RetryPolicy, plain
 from rollout.llm.context_window import budget_in
@@ -114,7 +115,7 @@ def prediction_hash(prediction: str) -> str:
 
 
 @dataclass(slots=True)
-class JudgeRecord:
+class JudgeRecord(JsonRecord):
     """One task's verdict by one judge, with the judge's raw reply and what asking cost."""
 
     id: str
@@ -148,13 +149,6 @@ class JudgeRecord:
     def unparsed(self) -> bool:
         """The judge replied, but not in its preset's format: flagged, scored as None, never as wrong."""
         return self.error is None and self.label is None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JudgeRecord:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 def failed_task_metrics(preset: JudgePreset) -> dict[str, float | None]:

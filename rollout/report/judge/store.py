@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from rollout.codec import JsonRecord
 from rollout.jsonl import iter_jsonl
 from rollout.records import TaskKey
 from rollout.report import extra_scores
@@ -88,7 +89,7 @@ class VerdictsFile:
 
 
 @dataclass(frozen=True, slots=True)
-class JudgeUsage:
+class JudgeUsage(JsonRecord):
     """What a judge's verdicts on one run cost, counted apart from the agent's usage."""
 
     verdicts: int
@@ -114,8 +115,6 @@ class JudgeUsage:
                    latency_ms_mean=float(latency.mean()) if len(latency) else None,
                    latency_ms_p95=float(np.percentile(latency, 95)) if len(latency) else None)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def write_description(run_dir: Path, settings: JudgeSettings, usage: JudgeUsage) -> Path:
