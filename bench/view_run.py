@@ -293,7 +293,7 @@ def _quantile(values: list[float], q: float) -> float | None:
 
 
 def call_stats(rows: list[CallRow]) -> dict[str, Any]:
-    """A row of the tool report's tables (`rollout.report.tool_stats._call_stats`'s columns) over `rows`."""
+    """A row of the tool report's tables (`rollout.report.tool_calls.report._call_stats`'s columns) over `rows`."""
     total, success = len(rows), sum(r.ok for r in rows)
     duration, rtt, context = [r.duration_ms for r in rows], [r.rtt_ms for r in rows], [r.context_tokens for r in rows]
     outcomes = defaultdict(int)

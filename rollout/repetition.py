@@ -4,7 +4,7 @@ A small model sampled greedily often asks the same thing again: it searches, rea
 turn word for word until it runs out of turns. This module counts that, per task and per run, from what the trajectory
 records: a task's tool calls (`TaskResult.tool_calls`, in the order they were made) and its policy steps
 (`LLMOutputEvent`s: each step's text and the calls it asked for). The evaluation summary (`repeated_calls`), the tool
-report (`rollout.report.tool_stats`), `report compare` and the viewer all count with the rules below.
+report (`rollout.report.tool_calls.report`), `report compare` and the viewer all count with the rules below.
 
 Definitions
 - Normalised arguments: the arguments as JSON with their keys sorted, every string in them case-folded with its
@@ -13,7 +13,7 @@ Definitions
   keeps them as written) are one such string.
 - A call repeats an earlier one when the same task (question and repeat) already called the same tool with the same
   normalised arguments, whatever came back. Every argument counts: `top_k` 5 then 10 of one query are two calls,
-  since the second returns what the first did not (`rollout.report.tool_stats`' `repeated_query_share` looks at the
+  since the second returns what the first did not (`rollout.report.tool_calls.report`' `repeated_query_share` looks at the
   `query` alone, and counts those).
 - A turn is one policy step: the text of its `LLMOutputEvent`s and the calls they asked for (each call's tool and
   normalised arguments; their ids differ every time and are left out; reasoning, `LLMThinkingEvent`, is left out).

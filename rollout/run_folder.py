@@ -11,7 +11,7 @@ RUN/
   tool_stats/realtime_calls.jsonl  one line per tools/call, appended by the gateway (the ledger);
                                    with `gateway.replicas=N`, each replica appends its own
                                    realtime_calls.<replica>.jsonl instead
-  tool_stats/report.json           the tool report (rollout.report.tool_stats), plus one CSV per table
+  tool_stats/report.json           the tool report (rollout.report.tool_calls.report), plus one CSV per table
   tool_stats/degraded_tools.json   tools the gateway lists as degraded, name → reason (only when there are any)
 ```
 

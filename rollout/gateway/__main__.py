@@ -116,7 +116,7 @@ def write_verl_tools(args: argparse.Namespace) -> int:
 def write_report(output_dir: Path) -> None:
     """tool_stats/report.json from the ledger just closed, as a run writes it."""
     # Imported here: the report needs pandas, which a serving gateway has no use for.
-    from rollout.report.tool_stats import write_tool_report
+    from rollout.report.tool_calls.report import write_tool_report
 
     write_tool_report(output_dir)
 

@@ -14,16 +14,16 @@ _EXPORTS = {
     "NotARunFolderError": "rollout.errors",
     "ReportError": "rollout.errors",
     "read_jsonl": "rollout.jsonl",
-    "load_calls": "rollout.report.calls",
-    "run_mode": "rollout.report.calls",
+    "load_calls": "rollout.report.tool_calls.ledger",
+    "run_mode": "rollout.report.tool_calls.ledger",
     "ExtraScores": "rollout.report.extra_scores",
     "ScoreRow": "rollout.report.extra_scores",
     "read_scores": "rollout.report.extra_scores",
     "write_scores": "rollout.report.extra_scores",
     "rescore": "rollout.report.rescore",
-    "build_tool_report": "rollout.report.tool_stats",
-    "retrieval_calls": "rollout.report.tool_stats",
-    "write_tool_report": "rollout.report.tool_stats",
+    "build_tool_report": "rollout.report.tool_calls.report",
+    "retrieval_calls": "rollout.report.tool_calls.report",
+    "write_tool_report": "rollout.report.tool_calls.report",
 }
 
 __all__ = [

@@ -27,8 +27,8 @@ from rollout.report.compare.tables import TEXT_COLUMNS, comparison_tables, pair_
 from rollout.report.judge.command import add_judge_parser
 from rollout.report.printed import degraded_lines, print_summary
 from rollout.report.rescore import rescore
-from rollout.report.tool_stats import write_tool_report
-from rollout.report.tool_use import (
+from rollout.report.tool_calls.report import write_tool_report
+from rollout.report.tool_calls.use import (
     BY_CHOICES,
     TRAFFIC_CHOICES,
     ToolUse,
@@ -38,7 +38,7 @@ from rollout.report.tool_use import (
     records,
     write_tool_use,
 )
-from rollout.report.tool_use_plot import plot_tool_use
+from rollout.report.tool_calls.use_plot import plot_tool_use
 from rollout.run_folder import STATS_DIR
 
 

@@ -84,7 +84,7 @@ def score_folder(run_dir: Path | str, cfg: ScoringConfig, facts: RunFacts, *,
     unfinished = UnfinishedCalls.since(run_dir, facts.started_at) if interrupted else None
     summary = summarize(
         # Messages kept: the final one states the answer's confidence (calibration); events: each request's prompt
-        # tokens, against what the tools returned (`rollout.report.tool_reach`), its timings
+        # tokens, against what the tools returned (`rollout.report.tool_calls.reach`), its timings
         # (`rollout.report.endpoint`), and the turns compared for repeats (`rollout.repetition`).
         (r for r in iter_trajectory(run_dir, keep=("messages", "events")) if asked is None or asked(r.key)),
         mode=cfg.mode, gateway_file=cfg.gateway_file, wall_time_s=facts.wall_time_s, complete=facts.complete,

@@ -53,7 +53,7 @@ from rollout.report.endpoint import EndpointTally
 from rollout.report.extra_scores import ExtraScores
 from rollout.report.metrics import contains_answer, exact_match, f1_score, pass_at_k, retrieval_recall
 from rollout.report.running import CorrectPerQuestion, ExactSum, Grouped, Slice
-from rollout.report.tool_reach import ToolReachTally
+from rollout.report.tool_calls.reach import ToolReachTally
 from rollout.report.unfinished import UnfinishedCalls
 from rollout.summary import (
     BUILTIN_METRICS,

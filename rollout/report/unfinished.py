@@ -7,7 +7,7 @@ an interrupted run adds, per tool, the ledger's calls since the run started whos
 
 - each call once, by its id: a call sent again on a new session after a broken stream is one call, its last answer;
 - none that a record counts already: the calls of a task the trajectory holds, and of that task's lost attempts
-  (a worker that died under it), are that record's business (`rollout.report.calls` lists lost attempts apart);
+  (a worker that died under it), are that record's business (`rollout.report.tool_calls.ledger` lists lost attempts apart);
 - no trainer's call (`via`, `traffic`: no task of this run made it), and none from before the run started (an
   earlier run into the folder).
 

@@ -158,7 +158,7 @@ class ServedGateway:
 
 def write_tool_report(out: Path) -> None:
     """`rollout.report.write_tool_report`, imported when used: the report needs pandas, which the summary does not."""
-    from rollout.report.tool_stats import write_tool_report as write
+    from rollout.report.tool_calls.report import write_tool_report as write
 
     write(out)
 

@@ -276,7 +276,7 @@ def _tools_from_head(path: Path) -> list[Any] | None:
     shorter report (read whole), or when the member is not a list found there.
 
     A report holds a row per task after its tools table (~70 MB at 100,000 tasks, a second to parse): the summary
-    and the tools table come first (`rollout.report.tool_stats`), so the object's members are parsed in order up to
+    and the tools table come first (`rollout.report.tool_calls.report`), so the object's members are parsed in order up to
     "tools" and the rest is left unread (a long report whose end is damaged still shows its tools table)."""
     try:
         if path.stat().st_size <= REPORT_HEAD:

@@ -23,7 +23,7 @@ from rollout.gateway.stats import StatsCollector
 from rollout.records import Passage
 from rollout.report import load_calls
 from rollout.report.cli import main as report_main
-from rollout.report.tool_stats import build_tool_report
+from rollout.report.tool_calls.report import build_tool_report
 from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder, HybridRetriever
 from rollout.retrieval.base import Hits
 from rollout.run.gateway_process import GatewayProcess

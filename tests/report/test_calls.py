@@ -9,7 +9,7 @@ import pytest
 
 from rollout.errors import NotARunFolderError
 from rollout.report import load_calls
-from rollout.report.calls import CALL_COLUMNS
+from rollout.report.tool_calls.ledger import CALL_COLUMNS
 from tests.report.runs import DENSE, GATEWAY_CALLS, TASKS, make_run
 
 

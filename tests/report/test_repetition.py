@@ -16,7 +16,7 @@ from rollout.report.compare.tables import comparison_tables, write_comparison
 from rollout.report.printed import print_summary
 from rollout.report.rescore import rescore
 from rollout.report.scoring import summarize
-from rollout.report.tool_stats import build_tool_report
+from rollout.report.tool_calls.report import build_tool_report
 from rollout.run.config import compose_run_config
 from rollout.summary import RunSummary
 from tests.report.loops import GET_DOCUMENT, SEARCH, clean, loops, native, search_r1, thinks, write_run

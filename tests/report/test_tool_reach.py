@@ -9,7 +9,7 @@ from rollout.accounting import CallAccounting
 from rollout.events import LLMOutputEvent, ToolCallEvent, ToolResultEvent
 from rollout.records import Question, TaskResult, ToolCallRecord
 from rollout.report.scoring import summarize
-from rollout.report.tool_reach import ToolReachTally
+from rollout.report.tool_calls.reach import ToolReachTally
 
 TOOL_TOKENS = 600
 

@@ -18,7 +18,7 @@ Definitions
   out of turns and out of context count the records whose agent ran out of turns or outgrew the model's context
   window: scored (as the answer they had, usually none) on both sides of a pair, never left out.
 - tool latency is the client's round trip (`latency_ms` of each trajectory tool call);
-  quantiles use numpy's default linear interpolation, like `rollout.report.tool_stats`.
+  quantiles use numpy's default linear interpolation, like `rollout.report.tool_calls.report`.
 - tokens per task is the mean `usage.total_tokens` over records that report usage.
 - context tokens, agent tokens, tool LLM tokens, LLM seconds and tool seconds per task are the run's
   accounting (`rollout.report.costs`, the summary's `accounting`): means over every record, scored
@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.errors import ReportError
-from rollout.report.calls import run_mode
 from rollout.report.compare.paired import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, PairedComparison, pair, relative_change
 from rollout.report.compare.question_set import (
     RunQuestionSet,
@@ -59,6 +58,7 @@ from rollout.report.compare.question_set import (
 from rollout.report.compare.run_folders import distinct_labels, find_runs
 from rollout.report.compare.run_row import RunRow, score_run
 from rollout.report.scoring import METRICS
+from rollout.report.tool_calls.ledger import run_mode
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The run folders a comparison is of, and their names: `report compare`, the viewer and the judge find runs alike.
 
 A folder holding trajectory.jsonl is a run; any other folder stands for its subfolders that are runs. Each run is
-named by its mode and telling overrides (`rollout.report.calls.run_labels`), and by its folder where two runs still
+named by its mode and telling overrides (`rollout.report.tool_calls.ledger.run_labels`), and by its folder where two runs still
 share a name.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rollout.errors import NotARunFolderError
-from rollout.report.calls import run_labels
+from rollout.report.tool_calls.ledger import run_labels
 from rollout.run_folder import TRAJECTORY_FILE, is_run_folder
 
 

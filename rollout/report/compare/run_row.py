@@ -20,11 +20,11 @@ from rollout.benchmark_scores import BrowseCompPlusScores, Calibration
 from rollout.repetition import Repetition
 from rollout.report.browsecomp_leaderboard import BrowseCompPlusTally, judge_of
 from rollout.report.calibration import CalibrationTally, correctness_metric, task_confidence
-from rollout.report.calls import run_mode
 from rollout.report.compare.question_set import RunQuestionSet
 from rollout.report.costs import AccountingTally
 from rollout.report.extra_scores import read_scores
 from rollout.report.scoring import METRICS, score_task
+from rollout.report.tool_calls.ledger import run_mode
 from rollout.run_folder import TRAJECTORY_FILE, iter_trajectory
 
 logger = logging.getLogger(__name__)

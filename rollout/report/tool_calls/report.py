@@ -1,6 +1,6 @@
 """Tool-call report of one run folder: per tool, task, worker and mode, and retrieval quality.
 
-Every number is rebuilt from the files on disk (`rollout.report.calls.load_calls`), never from
+Every number is rebuilt from the files on disk (`rollout.report.tool_calls.ledger.load_calls`), never from
 in-memory counters, so the report of a crashed run is as exact as that of a finished one.
 
 Definitions
@@ -16,7 +16,7 @@ Definitions
   `hit_at_k` is the share of successful retrieval calls, in tasks with known gold ids, whose first
   k returned ids include a gold id (a passage id, or its document id, equal to one of the task's
   `metadata.gold_doc_ids`); `hit_at_all` looks at every id returned.
-- Calls are counted once each, from the attempts the trajectory kept (`rollout.report.calls`);
+- Calls are counted once each, from the attempts the trajectory kept (`rollout.report.tool_calls.ledger`);
   ledger records of discarded attempts are counted apart in `discarded_calls` and listed per task
   and attempt in the `discarded_attempts` table.
 - `degraded_tools` (in the summary) names the tools the gateway listed as degraded, with why
@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from rollout.repetition import arguments_key, normalise_text
-from rollout.report.calls import run_mode, split_calls
+from rollout.report.tool_calls.ledger import run_mode, split_calls
 from rollout.run_folder import STATS_DIR, is_run_folder, read_degraded_tools, write_report
 from rollout.wire import OUTCOMES
 

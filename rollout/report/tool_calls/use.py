@@ -3,7 +3,7 @@
 A trainer that calls the gateway's tools (over MCP with `rollout.wire.META_STEP`, or `POST /retrieve` with the
 `X-Rollout-Step` header) leaves one ledger line per call with its step number. This report cuts those calls into
 windows and says, per window and tool, what the policy did; it reads a gateway's `--output-dir` (a ledger and no
-trajectory) and run folders alike, counting calls as `rollout.report.calls` does.
+trajectory) and run folders alike, counting calls as `rollout.report.tool_calls.ledger` does.
 
 Definitions
 - Windows: by step, `window` steps each, counted from the lowest step seen (1: a window per step); by time,
@@ -28,7 +28,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from rollout.errors import NotARunFolderError, ReportError
-from rollout.report.calls import load_calls
+from rollout.report.tool_calls.ledger import load_calls
 from rollout.run_folder import CALLS_FILE, STATS_DIR, is_run_folder, ledger_paths
 from rollout.wire import TRAFFIC_TRAIN
 
@@ -240,7 +240,7 @@ def build_tool_use(path: Path | str, by: By, window: str | None = None, traffic:
 
 def output_paths(path: Path | str, by: By) -> dict[str, Path]:
     """Where the report goes: tool_stats/by_<by>.json, by_<by>_windows.csv, by_<by>_tools.csv (`write_tool_use`) and
-    by_<by>.png (`rollout.report.tool_use_plot`)."""
+    by_<by>.png (`rollout.report.tool_calls.use_plot`)."""
     stats_dir = Path(path) / STATS_DIR
     return {"json": stats_dir / f"by_{by}.json", "windows": stats_dir / f"by_{by}_windows.csv",
             "tools": stats_dir / f"by_{by}_tools.csv", "plot": stats_dir / f"by_{by}.png"}
