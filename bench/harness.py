@@ -65,7 +65,8 @@ def throughput(cfg: RunConfig, url: str, questions: list[Question], concurrency:
         arrivals.append(time.perf_counter())
 
     tasks = many(questions, max(3, tasks_per_slot) * concurrency)
-    scheduler = Scheduler(run_cfg, env_spec_for(run_cfg, url, run_id="bench"), on_result=on_result)
+    env_spec = env_spec_for(run_cfg.gateway, run_cfg.gateway_config_path, run_cfg.system_prompt, url, run_id="bench")
+    scheduler = Scheduler(run_cfg.worker_pool, env_spec, on_result=on_result)
     scheduler.run([PlannedTask(q) for q in tasks])
     # Steady state: between the first and the last wave, when `concurrency` tasks are in flight.
     # The actors' start-up (once per run, seconds) and the ramp-down at the end are left out.

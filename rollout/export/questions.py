@@ -43,14 +43,14 @@ def compose_questions(overrides: Sequence[str]) -> RunConfig:
         raise ExportError(f"--questions {' '.join(overrides)}: {e}") from e
 
 
-def prompt_opener(cfg: RunConfig) -> OpeningMessages:
+def prompt_opener(agent_config: dict[str, Any], system_prompt: str | None) -> OpeningMessages:
     """How the configured agent opens a task's conversation, given the question."""
-    system_prompt = cfg.system_prompt or DEFAULT_SYSTEM_PROMPT  # what the run's environment falls back to
-    target = str(cfg.agent.get("_target_"))
+    system_prompt = system_prompt or DEFAULT_SYSTEM_PROMPT  # what the run's environment falls back to
+    target = str(agent_config.get("_target_"))
     if target in FUNCTION_CALLING_AGENTS:
         if target != LLM_AGENT:  # built as a run builds it: a setting it refuses (agent.answer_tag) is refused here
-            build_agent(cfg)
-        system_prompt = system_prompt_with_answer_tag(system_prompt, cfg.agent.get("answer_tag"))
+            build_agent(agent_config)
+        system_prompt = system_prompt_with_answer_tag(system_prompt, agent_config.get("answer_tag"))
         return lambda question: [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
     try:
         has_own = callable(getattr(get_class(target), "opening_messages", None))
@@ -60,22 +60,22 @@ def prompt_opener(cfg: RunConfig) -> OpeningMessages:
         raise ExportError(f"agent {target} opens its conversations its own way and defines no opening_messages("
                           "question, system_prompt): its prompts cannot be built here. Use a function-calling "
                           "agent (agent=openai), or give the agent that method")
-    agent = build_agent(cfg)
+    agent = build_agent(agent_config)
     return lambda question: agent.opening_messages(question, system_prompt)
 
 
-def build_agent(cfg: RunConfig) -> Any:
+def build_agent(agent_config: dict[str, Any]) -> Any:
     """The configured agent; one its config refuses is an ExportError with the agent's own words."""
     try:
-        return instantiate(cfg.agent)
+        return instantiate(agent_config)
     except Exception as e:  # noqa: BLE001 - the agent's own ConfigError arrives wrapped by Hydra
         cause = e.__cause__ if isinstance(e.__cause__, RolloutError) else e
-        raise ExportError(f"could not build agent {cfg.agent.get('_target_')} for its prompts: {cause}") from e
+        raise ExportError(f"could not build agent {agent_config.get('_target_')} for its prompts: {cause}") from e
 
 
 def prompt_rows(cfg: RunConfig, data_source: str | None = None) -> Iterator[PromptRow]:
     """One verl RL prompt row per question of the run's question set (after `dataset.limit`), in order."""
-    opening = prompt_opener(cfg)
+    opening = prompt_opener(cfg.agent, cfg.system_prompt)
     questions = QuestionSet(data_sources(cfg.dataset, cfg.cache_dir)[1], cfg.dataset.limit)
     split = cfg.dataset.questions.split
     for index, q in enumerate(questions):

@@ -62,6 +62,32 @@ class GatewayConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RaySettings:
+    """The run's slice for its Ray (`rollout.run.ray_session`)."""
+
+    address: str | None = None
+    """`ray.address`: a cluster to join; None starts a Ray of the run's own."""
+    num_cpus: int | None = None
+    verbose: int = 0
+    """The run's verbosity, which Ray's own logging and its workers' follow."""
+    api_key_env: str | None = None
+    """`llm.api_key_env` of the agent: the variable workers on other nodes need from the driver's environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPool:
+    """The run's slice for its rollout workers (`rollout.run.scheduler`): how many, and what each is made with."""
+
+    agent: dict[str, Any]
+    """Hydra `_target_` spec of the policy, instantiated inside each worker."""
+    workers: int = 2
+    concurrency_per_worker: int = 4
+    task_timeout_s: float | None = 900.0
+    watch: bool = False
+    """Workers keep their tasks' events for the driver to collect."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunConfig:
     """Everything one experiment needs; `run(cfg)` takes only this."""
 
@@ -183,6 +209,16 @@ class RunConfig:
         from rollout.report.judge.grader import JudgeSettings
 
         return JudgeSettings.from_config(self.judge)
+
+    @property
+    def ray(self) -> RaySettings:
+        llm = self.agent.get("llm")
+        return RaySettings(self.ray_address, self.ray_num_cpus, self.verbose,
+                           llm.get("api_key_env") if isinstance(llm, dict) else None)
+
+    @property
+    def worker_pool(self) -> WorkerPool:
+        return WorkerPool(self.agent, self.workers, self.concurrency_per_worker, self.task_timeout_s, self.watch)
 
     def step_llm(self) -> dict[str, Any] | None:
         """The `llm:` block the gateway's step tools ask: set when `llm.model` is and the gateway file serves a

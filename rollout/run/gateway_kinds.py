@@ -19,7 +19,7 @@ import ray.util
 from rollout.data import is_source_folder
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import verbosity_flags
-from rollout.run.config import RunConfig
+from rollout.run.config import GatewayConfig, RunConfig
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.ray_session import ray_session
 from rollout.run.scheduler import Gateway
@@ -176,13 +176,13 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[RunGateway]:
     Serve application, deployed once Ray is up (this enters `ray_session`, and the run's own use of
     it then finds Ray running)."""
     if cfg.gateway.url:
-        _plan_gateway_file(cfg)
+        _plan_gateway_file(cfg.gateway_config_path)
         logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
         stop_the_sweeps_gateway("this job uses a running gateway")
         yield RunningGateway(cfg.gateway.url)
         return
     token = cfg.gateway.auth_token
-    host = gateway_host(cfg)
+    host = gateway_host(cfg.gateway, cfg.ray_address)
     if not is_loopback(host) and not resolve_token(token):
         logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
                        "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
@@ -190,12 +190,12 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[RunGateway]:
         # Imported here: it loads the gateway's own modules, which a one-process run never needs.
         from rollout.run.gateway_serve import ServeGateway
 
-        _plan_gateway_file(cfg)  # refused here, not by every replica
+        _plan_gateway_file(cfg.gateway_config_path)  # refused here, not by every replica
         stop_the_sweeps_gateway("this job serves its gateway on Ray Serve")
         with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
             retriever_config = Path(tmp) / "retriever.json"
             retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-            with ray_session(cfg), ServeGateway(
+            with ray_session(cfg.ray), ServeGateway(
                 gateway_args(cfg, corpus_path, retriever_config), cfg.retriever.to_dict(), host=host,
                 replicas=cfg.gateway.replicas, replica_cpus=cfg.gateway.replica_cpus,
                 autoscaling=cfg.gateway.autoscaling, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
@@ -208,16 +208,16 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[RunGateway]:
         yield LaunchedGateway(gw)
 
 
-def _plan_gateway_file(cfg: RunConfig) -> None:
+def _plan_gateway_file(path: Path) -> None:
     """Plan the run's gateway file against the shipped tools: an unknown tool group is a `ConfigError`."""
     from rollout.gateway.plan import plan_gateway  # imports the tool modules, hence the MCP server
 
-    plan_gateway(load_gateway_file(cfg.gateway_config_path))
+    plan_gateway(load_gateway_file(path))
 
 
-def gateway_host(cfg: RunConfig) -> str:
-    """Where a launched gateway listens: `gateway.host`, else this node's IP in a cluster (workers on other
-    nodes connect to it), else loopback."""
-    if cfg.gateway.host:
-        return cfg.gateway.host
-    return ray.util.get_node_ip_address() if cfg.ray_address else "127.0.0.1"
+def gateway_host(gateway: GatewayConfig, ray_address: str | None) -> str:
+    """Where a launched gateway listens: `gateway.host`, else this node's IP in a cluster (`ray_address`: workers on
+    other nodes connect to it), else loopback."""
+    if gateway.host:
+        return gateway.host
+    return ray.util.get_node_ip_address() if ray_address else "127.0.0.1"

@@ -130,14 +130,14 @@ def _file_sha256(path: Path, cache_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def dataset_hashes(cfg: RunConfig, data: PreparedData) -> dict[str, str]:
+def dataset_hashes(data: PreparedData, cache_dir: Path) -> dict[str, str]:
     """Content hashes of the corpus file the gateway serves and of the whole question set (not only `dataset.limit`)."""
     # The hash of the questions' canonical JSON lines joined by newlines, fed line by line: a million questions
     # are never held at once, as one string or as records.
     digest = hashlib.sha256()
     for i, q in enumerate(data.questions.whole()):
         digest.update((b"\n" if i else b"") + json.dumps(q.to_json(), sort_keys=True, ensure_ascii=False).encode())
-    return {"corpus": _file_sha256(data.corpus_path, cfg.cache_dir), "questions": digest.hexdigest()}
+    return {"corpus": _file_sha256(data.corpus_path, cache_dir), "questions": digest.hexdigest()}
 
 
 def tool_hashes(tool_specs: list[dict[str, Any]]) -> dict[str, str]:
@@ -172,7 +172,7 @@ class RunIdentity:
             settings=identity_settings(cfg),
             gateway_file_sha256=sha256_hex(Path(cfg.gateway_config_path).read_bytes()),
             tools=tool_hashes(tool_specs),
-            dataset=dataset_hashes(cfg, data),
+            dataset=dataset_hashes(data, cfg.cache_dir),
             gateway_file=str(cfg.gateway_config_path),
             overrides=list(cfg.overrides),
         )

@@ -45,7 +45,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     # gateway (`gateway_for_run`), and a file that leaves the agent no tool fails here too.
     gateway_file.check_served(SERVED_RESOURCE_TYPES)
     keep_rag_modules(gateway_file, cfg.gateway_config_path)
-    agent = check_agent(cfg)
+    agent = check_agent(cfg.agent)
     load_scorers(cfg.scorers)  # a scorer that does not import fails now, not once every task has run
     data = prepare_data(cfg.dataset, cfg.cache_dir)
     (cfg.output_dir / STATS_DIR).mkdir(parents=True, exist_ok=True)
@@ -56,14 +56,14 @@ def prepare(cfg: RunConfig) -> Prepared:
     return Prepared(gateway_file, agent, data)
 
 
-def check_agent(cfg: RunConfig) -> Any:
+def check_agent(agent_config: dict[str, Any]) -> Any:
     """Build the agent once here, so a bad agent config or a dead LLM endpoint fails before the run starts."""
     try:
-        agent = instantiate(cfg.agent)
+        agent = instantiate(agent_config)
     except InstantiationException as e:
         if isinstance(e.__cause__, RolloutError):
             raise e.__cause__ from None
-        raise ConfigError(f"could not build agent {cfg.agent.get('_target_')}: {e.__cause__ or e}") from e
+        raise ConfigError(f"could not build agent {agent_config.get('_target_')}: {e.__cause__ or e}") from e
     check = getattr(agent, "check", None)
     if check is not None:
         asyncio.run(check())

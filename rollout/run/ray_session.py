@@ -21,7 +21,7 @@ import ray
 
 from rollout.logs import RAY_WORKER_SETUP_HOOK, levels, ray_worker_env
 from rollout.ray_console import forward_worker_logs, quiet_token_notice
-from rollout.run.config import RunConfig
+from rollout.run.config import RaySettings
 from rollout.run.ray_start import lean_start
 
 logger = logging.getLogger(__name__)
@@ -39,50 +39,49 @@ class _Sweep:
 _sweep = _Sweep()
 
 
-def worker_env_vars(cfg: RunConfig) -> dict[str, str]:
+def worker_env_vars(ray_cfg: RaySettings) -> dict[str, str]:
     """Variables workers on other nodes need from the driver's environment: the LLM key `llm.api_key_env` names.
 
     (The gateway token travels in `EnvSpec`.) Values go to Ray's runtime environment, not to any file of the run."""
-    llm = cfg.agent.get("llm")
-    name = llm.get("api_key_env") if isinstance(llm, dict) else None
+    name = ray_cfg.api_key_env
     return {name: os.environ[name]} if name and os.environ.get(name) else {}
 
 
-def ray_settings(cfg: RunConfig) -> dict[str, Any]:
+def ray_settings(ray_cfg: RaySettings) -> dict[str, Any]:
     """The `ray.init` arguments of a run's own Ray."""
     settings: dict[str, Any] = {
         # `ray.address: null` means a Ray of the run's own: Ray's default would join any cluster a `ray start`
         # left on this machine (or $RAY_ADDRESS names), with its CPUs and its workers' environment.
-        "address": cfg.ray_address or "local",
-        "num_cpus": cfg.ray_num_cpus,
+        "address": ray_cfg.address or "local",
+        "num_cpus": ray_cfg.num_cpus,
         "include_dashboard": False,
-        "logging_level": levels(cfg.verbose).libraries,  # Ray's start-up lines are library detail
+        "logging_level": levels(ray_cfg.verbose).libraries,  # Ray's start-up lines are library detail
         "log_to_driver": True,
     }
-    if cfg.ray_address:
+    if ray_cfg.address:
         # Joining a cluster, workers on other nodes do not inherit this process's environment: it goes in Ray's
         # runtime environment, and the setup hook gives each worker the run's log format before any task.
-        settings["runtime_env"] = {"env_vars": {**worker_env_vars(cfg), **ray_worker_env(cfg.verbose)},
+        settings["runtime_env"] = {"env_vars": {**worker_env_vars(ray_cfg), **ray_worker_env(ray_cfg.verbose)},
                                    "worker_process_setup_hook": RAY_WORKER_SETUP_HOOK}
     return settings
 
 
-def local_worker_env(cfg: RunConfig) -> dict[str, str]:
+def local_worker_env(ray_cfg: RaySettings) -> dict[str, str]:
     """What a local Ray's workers need from this process's environment (`ray_session` sets it before `ray.init`).
 
     A local Ray's workers are children of the raylet this process starts, so they inherit its environment, and each
     worker sets the run's log format when it starts (`rollout.run.worker.RolloutWorker`). A runtime environment
     would do the same at a price: Ray then starts a new process for each actor instead of handing it one of the
     workers it started with the node (about a second each on two cores, on every run's critical path)."""
-    return {} if cfg.ray_address else ray_worker_env(cfg.verbose)
+    return {} if ray_cfg.address else ray_worker_env(ray_cfg.verbose)
 
 
 @contextlib.contextmanager
-def ray_session(cfg: RunConfig) -> Iterator[None]:
+def ray_session(ray_cfg: RaySettings) -> Iterator[None]:
     """Ray for the run: the one the caller started (tests share one), the sweep's if it has the run's settings, or
     one started now (shut down after the run, or when the sweep ends)."""
-    settings = ray_settings(cfg)
-    worker_env = local_worker_env(cfg)
+    settings = ray_settings(ray_cfg)
+    worker_env = local_worker_env(ray_cfg)
     quiet_token_notice()
     if ray.is_initialized():
         if _sweep.settings in (None, (settings, worker_env)):  # the caller's Ray, or the sweep's for these settings

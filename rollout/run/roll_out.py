@@ -83,7 +83,7 @@ def roll_out(cfg: RunConfig, prepared: Prepared, served: Served, timeline: Timel
                 else:
                     progress.print(format_live_event(task_id, event))
 
-        scheduler = Scheduler(cfg, served.env_spec, on_result=on_result, gateway=served.gateway.watched(),
+        scheduler = Scheduler(cfg.worker_pool, served.env_spec, on_result=on_result, gateway=served.gateway.watched(),
                               on_events=on_events if cfg.watch else None, actors=served.actors)
         try:
             scheduler.run(tasks_to_run(data.questions, cfg.repeats, cfg.seed, finished), total - already)

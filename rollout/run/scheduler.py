@@ -28,7 +28,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from rollout.errors import GatewayError, ServerSetupError
 from rollout.events import AnyEvent
 from rollout.records import Question, TaskResult
-from rollout.run.config import RunConfig
+from rollout.run.config import WorkerPool
 from rollout.run.worker import EnvSpec, RolloutWorkerActor
 
 logger = logging.getLogger(__name__)
@@ -142,16 +142,16 @@ class _Queue:
         self._retries.appendleft((task, attempt))
 
 
-def new_actor(cfg: RunConfig, worker_id: str, env_spec: EnvSpec | None) -> Any:
+def new_actor(pool: WorkerPool, worker_id: str, env_spec: EnvSpec | None) -> Any:
     """A rollout worker actor (its process starts now; without `env_spec` it waits for `use_env`)."""
     return RolloutWorkerActor.remote(
-        worker_id, env_spec, cfg.agent, task_timeout_s=cfg.task_timeout_s, watch=cfg.watch
+        worker_id, env_spec, pool.agent, task_timeout_s=pool.task_timeout_s, watch=pool.watch
     )
 
 
-def start_actors(cfg: RunConfig, count: int) -> list[Any]:
+def start_actors(pool: WorkerPool, count: int) -> list[Any]:
     """`count` workers started before the gateway is ready, so their start overlaps its loading."""
-    return [new_actor(cfg, f"worker-{i}", None) for i in range(count)]
+    return [new_actor(pool, f"worker-{i}", None) for i in range(count)]
 
 
 class _Drain:
@@ -184,7 +184,7 @@ class Scheduler:
 
     def __init__(
         self,
-        cfg: RunConfig,
+        pool: WorkerPool,
         env_spec: EnvSpec,
         *,
         on_result: Callable[[TaskResult], None],
@@ -194,7 +194,7 @@ class Scheduler:
     ):
         """`actors` are workers already started by `start_actors` (without an environment); the run uses
         them first and gives them `env_spec`."""
-        self.cfg = cfg
+        self.pool = pool
         self.env_spec = env_spec
         self.on_result = on_result
         self.gateway = gateway
@@ -212,7 +212,7 @@ class Scheduler:
         self._drain: _Drain | None = None
 
     def _new_actor(self, worker_id: str) -> Any:
-        return new_actor(self.cfg, worker_id, self.env_spec)
+        return new_actor(self.pool, worker_id, self.env_spec)
 
     def run(self, tasks: Iterable[PlannedTask], count: int | None = None) -> None:
         """Run every task to a result (or until interrupted: KeyboardInterrupt propagates).
@@ -223,7 +223,7 @@ class Scheduler:
         if n_tasks is None:
             raise TypeError("Scheduler.run needs count= when tasks is an iterator")
         queue = _Queue(tasks)
-        n_workers = max(1, min(self.cfg.workers, n_tasks)) if n_tasks else 0
+        n_workers = max(1, min(self.pool.workers, n_tasks)) if n_tasks else 0
         for actor in self._prestarted:
             actor.use_env.remote(self.env_spec)  # before any task: Ray runs one caller's calls in order
         self._slots = [
@@ -244,7 +244,7 @@ class Scheduler:
 
     def _fill(self, queue: _Queue) -> None:
         for slot in self._slots:
-            while slot.running < self.cfg.concurrency_per_worker and queue:
+            while slot.running < self.pool.concurrency_per_worker and queue:
                 task, attempt = queue.pop()
                 ref = slot.actor.run_task.remote(task.question, attempt, task.repeat, task.seed)
                 self._pending[ref] = (slot, slot.actor, task, attempt)

@@ -13,9 +13,10 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from rollout.run.config import RunConfig
+from rollout.run.config import GatewayConfig, RunConfig
 from rollout.run.gateway_kinds import RunGateway, gateway_for_run
 from rollout.run.prepare import Prepared, check_agent_tools
 from rollout.run.ray_session import ray_session
@@ -46,29 +47,31 @@ class Served:
 def serving(cfg: RunConfig, prepared: Prepared, timeline: Timeline) -> Iterator[Served]:
     """The run's gateway, Ray and workers, up for the `with`; taken down after it (a sweep keeps its gateway)."""
     n_tasks = len(prepared.data.questions) * cfg.repeats
-    with gateway_for_run(cfg, prepared.data.corpus_path) as gateway, ray_session(cfg):
+    with gateway_for_run(cfg, prepared.data.corpus_path) as gateway, ray_session(cfg.ray):
         timeline.mark("ray up")
-        actors = start_actors(cfg, min(cfg.workers, n_tasks))
+        actors = start_actors(cfg.worker_pool, min(cfg.workers, n_tasks))
         url = gateway.wait_ready()
         timeline.mark("gateway ready")
         logger.info("Gateway ready at %s", url)
         run_id = uuid.uuid4().hex
         gateway.take_run(run_id, cfg.output_dir)
-        env_spec = env_spec_for(cfg, url, run_id=run_id)
+        env_spec = env_spec_for(cfg.gateway, cfg.gateway_config_path, cfg.system_prompt, url, run_id=run_id)
         tool_specs, degraded_tools = offered_tools(env_spec)
         check_agent_tools(prepared.agent, tool_specs)
         yield Served(gateway, env_spec, actors, tool_specs, degraded_tools)
 
 
-def env_spec_for(cfg: RunConfig, url: str, run_id: str) -> EnvSpec:
-    """How each worker's environment reaches the gateway."""
+def env_spec_for(gateway: GatewayConfig, gateway_file: Path, system_prompt: str | None, url: str,
+                 run_id: str) -> EnvSpec:
+    """How each worker's environment reaches the gateway at `url`: the run's gateway settings, its gateway file and
+    system prompt."""
     return EnvSpec(
         url=url,
-        gateway_config_path=str(cfg.gateway_config_path),
-        system_prompt=cfg.system_prompt,
-        call_timeout_s=cfg.gateway.call_timeout_s,
-        auth_token=resolve_token(cfg.gateway.auth_token),
-        reconnect_timeout_s=cfg.gateway.reconnect_timeout_s,
+        gateway_config_path=str(gateway_file),
+        system_prompt=system_prompt,
+        call_timeout_s=gateway.call_timeout_s,
+        auth_token=resolve_token(gateway.auth_token),
+        reconnect_timeout_s=gateway.reconnect_timeout_s,
         run_id=run_id,
     )
 

@@ -106,6 +106,6 @@ def test_an_answer_tag_that_is_no_tag_name_is_refused(value):
 def test_agents_that_cannot_honour_an_answer_tag_refuse_it_naming_the_fix(agent, named):
     cfg = compose_run_config(f"agent={agent}", "agent.answer_tag=answer", "llm.model=m")
     with pytest.raises(ConfigError, match="cannot honour agent.answer_tag='answer'") as refused:
-        check_agent(cfg)  # as the driver builds the agent, before the run starts
+        check_agent(cfg.agent)  # as the driver builds the agent, before the run starts
     assert named in str(refused.value) and "drop it, or use agent=openai" in str(refused.value)
     assert instantiate(compose_run_config(f"agent={agent}", "llm.model=m").agent)  # unset, it builds as before

@@ -46,7 +46,7 @@ def wait_until(predicate, timeout_s: float = 10.0) -> None:
 
 def test_a_restart_in_progress_does_not_hold_the_loop():
     gateway = SlowGateway()
-    scheduler = Scheduler(compose_run_config(), UNUSED_ENV, on_result=lambda r: None, gateway=gateway)
+    scheduler = Scheduler(compose_run_config().worker_pool, UNUSED_ENV, on_result=lambda r: None, gateway=gateway)
     scheduler._watch_gateway()  # starts the restart and returns while it blocks
     wait_until(lambda: gateway.restarts == 1)
     for _ in range(3):
@@ -61,7 +61,7 @@ def test_a_restart_in_progress_does_not_hold_the_loop():
 
 def test_a_failed_restart_stops_the_run_with_its_reason():
     gateway = SlowGateway(fail=True)
-    scheduler = Scheduler(compose_run_config(), UNUSED_ENV, on_result=lambda r: None, gateway=gateway)
+    scheduler = Scheduler(compose_run_config().worker_pool, UNUSED_ENV, on_result=lambda r: None, gateway=gateway)
     scheduler._watch_gateway()
     gateway.release.set()
     wait_until(lambda: scheduler._restarting is not None and not scheduler._restarting.is_alive())

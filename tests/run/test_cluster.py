@@ -7,26 +7,30 @@ import logging
 
 import ray.util
 
-from rollout.run.config import compose_run_config
+from rollout.run.config import RunConfig, compose_run_config
 from rollout.run.gateway_kinds import gateway_host
 from rollout.run.ray_session import worker_env_vars
 from rollout.wire import is_loopback
 
 
+def host_of(cfg: RunConfig) -> str:
+    return gateway_host(cfg.gateway, cfg.ray_address)
+
+
 def test_a_local_run_keeps_its_gateway_on_loopback():
-    assert gateway_host(compose_run_config()) == "127.0.0.1"
+    assert host_of(compose_run_config()) == "127.0.0.1"
 
 
 def test_a_cluster_run_binds_the_node_address_unless_told_otherwise(monkeypatch):
     cfg = compose_run_config("ray.address=auto")
-    assert gateway_host(cfg) == ray.util.get_node_ip_address()
-    assert gateway_host(compose_run_config("ray.address=auto", "gateway.host=0.0.0.0")) == "0.0.0.0"
+    assert host_of(cfg) == ray.util.get_node_ip_address()
+    assert host_of(compose_run_config("ray.address=auto", "gateway.host=0.0.0.0")) == "0.0.0.0"
     # On a node whose address other nodes reach, that address is where the gateway listens, off loopback; a local
     # run on the same node stays on loopback, and gateway.host still wins.
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda *args, **kwargs: "10.1.2.3")
-    assert gateway_host(cfg) == "10.1.2.3" and not is_loopback(gateway_host(cfg))
-    assert gateway_host(compose_run_config()) == "127.0.0.1"
-    assert gateway_host(compose_run_config("ray.address=auto", "gateway.host=127.0.0.1")) == "127.0.0.1"
+    assert host_of(cfg) == "10.1.2.3" and not is_loopback(host_of(cfg))
+    assert host_of(compose_run_config()) == "127.0.0.1"
+    assert host_of(compose_run_config("ray.address=auto", "gateway.host=127.0.0.1")) == "127.0.0.1"
 
 
 def test_host_is_not_part_of_the_run_identity():
@@ -36,11 +40,11 @@ def test_host_is_not_part_of_the_run_identity():
 def test_the_llm_key_reaches_workers_by_name_and_nothing_else(monkeypatch):
     cfg = compose_run_config("agent=openai", "llm.model=m", "llm.api_key_env=MY_KEY")
     monkeypatch.delenv("MY_KEY", raising=False)
-    assert worker_env_vars(cfg) == {}
+    assert worker_env_vars(cfg.ray) == {}
     monkeypatch.setenv("MY_KEY", "sk-test")
     monkeypatch.setenv("ROLLOUT_GATEWAY_TOKEN", "secret")  # travels in EnvSpec, not the runtime environment
-    assert worker_env_vars(cfg) == {"MY_KEY": "sk-test"}
-    assert worker_env_vars(compose_run_config()) == {}  # the offline agent needs no key
+    assert worker_env_vars(cfg.ray) == {"MY_KEY": "sk-test"}
+    assert worker_env_vars(compose_run_config().ray) == {}  # the offline agent needs no key
 
 
 def test_is_loopback():

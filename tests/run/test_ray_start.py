@@ -31,7 +31,7 @@ def get_node(gcs_address, node_id):  # Ray's own wait for the raylet: was it reg
 
 services.get_node = get_node
 methods = {name: getattr(node.Node, name) for name in ("start_monitor", "start_api_server")}
-with ray_session(compose_run_config("ray.num_cpus=1")):
+with ray_session(compose_run_config("ray.num_cpus=1").ray):
     processes = sorted(ray._private.worker._global_node.all_processes)
     answer = ray.get(ray.remote(lambda: 42).remote())
 restored = services.get_node is get_node and all(getattr(node.Node, n) is m for n, m in methods.items())

@@ -38,7 +38,7 @@ def test_events_come_before_their_task_s_record_and_the_outcome_comes_last(demo_
 def test_events_a_worker_hands_over_late_still_come_before_their_task_s_record(ray_local):
     items: list[TaskEvent | TaskResult] = []
     cfg = replace(compose_run_config(), workers=1, concurrency_per_worker=2, watch=True)
-    scheduler = Scheduler(cfg, UNUSED_ENV, on_result=items.append, actors=[LateDrainingWorker.remote()],
+    scheduler = Scheduler(cfg.worker_pool, UNUSED_ENV, on_result=items.append, actors=[LateDrainingWorker.remote()],
                           on_events=lambda events: items.extend(TaskEvent(*e) for e in events))
     scheduler.run([PlannedTask(Question(f"q{i}", f"question {i}", ["x"])) for i in range(4)])
     results = [i for i in items if isinstance(i, TaskResult)]
