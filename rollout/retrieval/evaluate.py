@@ -13,8 +13,8 @@ Where qrels are known (TREC qrels files as `qrels.<name>=PATH`, or questions car
 `metadata.evidence_doc_ids`), each retriever's documents are also written as a TREC run file, run.<retriever>.trec
 (`trec.depth` documents per query asked, fewer where the retriever matches fewer: the table, the JSON and a warning
 say how many it holds; passages ranked up to their documents by their best score), and scored against
-each qrels as `trec_eval -c` scores it (`rollout.retrieval.trec`): a second table, and a `trec` object in each
-retriever's row of retrieval_eval.json. `trec.run_file=true|false` forces it on or off.
+each qrels as `trec_eval -c` scores it (`rollout.retrieval.evaluation.trec`): a second table, and a `trec` object
+in each retriever's row of retrieval_eval.json. `trec.run_file=true|false` forces it on or off.
 """
 
 from __future__ import annotations
@@ -23,21 +23,19 @@ import csv
 import json
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from rollout.console import ReadableConsole
-from rollout.data import CorpusStore, open_corpus
+from rollout.data import open_corpus
 from rollout.data.dataset import DatasetConfig, prepare_data
 from rollout.errors import DataError, RolloutError
 from rollout.hydra_argv import hydra_argv
@@ -45,11 +43,10 @@ from rollout.logs import apply_verbosity, parse_verbose
 from rollout.paths import CONF_DIR, default_cache_dir
 from rollout.records import Passage, Question
 from rollout.report.browsecomp_leaderboard import doc_ids
-from rollout.report.metrics import normalize_answer
-from rollout.retrieval import Hits, RetrievalParams, Retriever, load_or_build_indexes
-from rollout.retrieval.document_run import document_run
-from rollout.retrieval.params import SparseParams
-from rollout.retrieval.trec import (
+from rollout.retrieval import RetrievalParams, Retriever, load_or_build_indexes
+from rollout.retrieval.evaluation.document_run import document_run
+from rollout.retrieval.evaluation.scores import RetrieverScores, evaluate
+from rollout.retrieval.evaluation.trec import (
     BROWSECOMP_PLUS_MEASURES,
     Measure,
     Qrels,
@@ -60,7 +57,8 @@ from rollout.retrieval.trec import (
     write_qrels,
     write_run,
 )
-from rollout.retrieval.trec import evaluate as trec_evaluate
+from rollout.retrieval.evaluation.trec import evaluate as trec_evaluate
+from rollout.retrieval.params import SparseParams
 
 logger = logging.getLogger(__name__)
 
@@ -70,83 +68,6 @@ RESULTS_CSV = "retrieval_eval.csv"
 QRELS_FROM_METADATA = "evidence_doc_ids"
 """The question metadata that turns the TREC block on by itself (`trec.run_file=auto`): BrowseComp-Plus' evidence
 documents. `gold_doc_ids` alone does not: many question sets carry it, and their table stays as it was."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetrieverScores:
-    """One retriever's row of the comparison table."""
-
-    retriever: str
-    n: int
-    gold: str
-    """What a hit is measured against: `passages` or `documents` (the gold ids name passages, or the source
-    documents passages were chunked from: a document counts as found when any of its passages is),
-    `passages and documents` (both kinds), or `answers` (answer containment, without gold ids)."""
-    recall: dict[int, float | None]
-    hit: dict[int, float]
-    mrr: float
-    queries_per_s: float
-
-
-def _first_relevant_rank(relevant: Sequence[bool]) -> int | None:
-    return next((i + 1 for i, r in enumerate(relevant) if r), None)
-
-
-def _gold_kind(questions: Sequence[Question], passages: Sequence[Passage]) -> str:
-    """Whether the questions' gold ids name passages, source documents (chunked corpora, folders of files), or both."""
-    gold = sorted({g for q in questions for g in q.gold_doc_ids})
-    if isinstance(passages, CorpusStore):  # looked up by id: a corpus of millions is not read through
-        names_passage = bool((passages.rows_of(gold) >= 0).any())
-        names_document = any(passages[row].doc_id is not None for g in gold for row in passages.doc_rows_of(g))
-    else:
-        names_passage = bool(set(gold) & {p.id for p in passages})
-        names_document = bool(set(gold) & {p.doc_id for p in passages if p.doc_id is not None})
-    if names_document and not names_passage:
-        return "documents"
-    return "passages and documents" if names_document else "passages"
-
-
-def score_hits(hits: Hits, questions: Sequence[Question], passages: Sequence[Passage], ks: Sequence[int]) -> dict[str, Any]:
-    """Per-k recall and hit rate and MRR over all questions (k at most `hits` width)."""
-    recall = {k: [] for k in ks}
-    hit = {k: [] for k in ks}
-    rr = []
-    with_gold = all(q.gold_doc_ids for q in questions)
-    for q, rows in zip(questions, hits.indices, strict=True):
-        ranked = [passages[r] for r in rows.tolist() if r >= 0]
-        if with_gold:
-            gold = set(q.gold_doc_ids)
-            relevant = [p.id in gold or p.source_id in gold for p in ranked]
-            found_ids = [{p.id, p.source_id} & gold for p in ranked]
-            for k in ks:
-                recall[k].append(len(set().union(*found_ids[:k])) / len(gold))
-        else:
-            answers = [f" {normalize_answer(a)} " for a in q.golden_answers if normalize_answer(a)]
-            relevant = [any(a in f" {normalize_answer(p.contents)} " for a in answers) for p in ranked]
-        for k in ks:
-            hit[k].append(float(any(relevant[:k])))
-        first = _first_relevant_rank(relevant)
-        rr.append(0.0 if first is None else 1.0 / first)
-    return {
-        "gold": _gold_kind(questions, passages) if with_gold else "answers",
-        "recall": {k: (float(np.mean(v)) if with_gold else None) for k, v in recall.items()},
-        "hit": {k: float(np.mean(v)) for k, v in hit.items()},
-        "mrr": float(np.mean(rr)),
-    }
-
-
-def evaluate(retrievers: dict[str, Retriever], questions: Sequence[Question], passages: Sequence[Passage],
-             ks: Sequence[int]) -> list[RetrieverScores]:
-    depth = min(max(ks), len(passages))
-    rows = []
-    for name, retriever in retrievers.items():
-        started = time.perf_counter()
-        hits = retriever.search([q.question for q in questions], depth)
-        seconds = time.perf_counter() - started
-        s = score_hits(hits, questions, passages, [k for k in ks if k <= depth])
-        rows.append(RetrieverScores(name, len(questions), s["gold"], s["recall"], s["hit"], s["mrr"],
-                                    len(questions) / seconds if seconds > 0 else float("inf")))
-    return rows
 
 
 @dataclass(frozen=True, slots=True)

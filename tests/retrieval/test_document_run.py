@@ -10,7 +10,7 @@ import pytest
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Hits, top_k_hits
-from rollout.retrieval.document_run import document_run
+from rollout.retrieval.evaluation.document_run import document_run
 
 
 class ScoredRetriever:

@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_dir
 from rollout.paths import CONF_DIR
 from rollout.records import Passage, Question
 from rollout.retrieval import Hits
-from rollout.retrieval.evaluate import RetrieverScores, print_table, run_eval, score_hits
+from rollout.retrieval.evaluate import print_table, run_eval
+from rollout.retrieval.evaluation.scores import RetrieverScores, score_hits
 
 PASSAGES = [Passage(f"p{i}", f"T{i}", text) for i, text in enumerate(["alpha", "beta Kelmor", "gamma", "delta"])]
 
@@ -91,7 +92,7 @@ def test_bm25_gets_no_credit_for_a_query_it_cannot_match(backend):
                                             (["c", "a"], "passages and documents")])
 def test_what_gold_ids_name_is_looked_up_in_a_corpus_store_as_in_a_list(tmp_path, gold, kind):
     from rollout.data.corpus_store import CorpusStore, write_store
-    from rollout.retrieval.evaluate import _gold_kind
+    from rollout.retrieval.evaluation.scores import _gold_kind
 
     passages = [Passage("a", "A", "alpha"), Passage("c-0", "C", "one", "c"), Passage("c-1", "C", "two", "c")]
     write_store(passages, tmp_path / "store")

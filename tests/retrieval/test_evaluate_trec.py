@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from rollout.errors import RolloutError
 from rollout.paths import CONF_DIR
 from rollout.retrieval.evaluate import run_eval
-from rollout.retrieval.trec import BROWSECOMP_PLUS_MEASURES, Measure, read_qrels, read_run
+from rollout.retrieval.evaluation.trec import BROWSECOMP_PLUS_MEASURES, Measure, read_qrels, read_run
 
 FILLER = ("the of a report page site archive note list record season family local history article source index "
           "review club city team early later small large public private annual").split()

@@ -14,7 +14,7 @@ import pytest
 import pytrec_eval
 
 from rollout.errors import DataError
-from rollout.retrieval.trec import (
+from rollout.retrieval.evaluation.trec import (
     BROWSECOMP_PLUS_MEASURES,
     Measure,
     RunDepth,

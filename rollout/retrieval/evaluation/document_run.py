@@ -19,7 +19,7 @@ from rollout.data.corpus_store import source_id_of
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval.base import Retriever
-from rollout.retrieval.trec import Run, ranking
+from rollout.retrieval.evaluation.trec import Run, ranking
 
 QUERY_BATCH = 256
 """Queries searched together: bounds the (queries x k) hit arrays when k grows to thousands of passages."""
