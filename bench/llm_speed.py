@@ -53,6 +53,8 @@ RECIPE = ("agent=openai", "agent.tool_choice=required", "agent.text_tool_calls=p
           "agent.max_turns=3", f"llm.model={ALIAS}", "llm.sampling.max_tokens=128", "llm.sampling.temperature=0",
           "seed=0", "workers=1", "progress=false", "verbose=-1", "llm.timeout_s=600", "task_timeout_s=3600")
 """docs/agents.md's recipe for the 0.5B, sampled greedily with a fixed seed."""
+SMOKE = ("llm.sampling.max_tokens=24", "agent.max_turns=2")
+"""--smoke's replies: short and few, so that the check that every figure is filled costs seconds of model time."""
 AUTO = "auto"
 """`--threads auto`: llama-server chooses (one thread a core)."""
 COUNTERS = ("prompt_tokens_total", "prompt_seconds_total", "tokens_predicted_total", "tokens_predicted_seconds_total")
@@ -136,7 +138,8 @@ def one_run(parallel: int, threads: str, args: argparse.Namespace, binary: Path,
     log = work / f"llama-server-{parallel}-{threads}.log"
     with served(lambda port: server_argv(binary, model, parallel, threads, port), log) as api_root:
         before = metrics(api_root)
-        command = [sys.executable, "-m", "rollout", *RECIPE, f"dataset.limit={args.questions}",
+        command = [sys.executable, "-m", "rollout", *RECIPE, *(SMOKE if args.smoke else ()),
+                   f"dataset.limit={args.questions}",
                    f"concurrency_per_worker={parallel}", f"llm.base_url={api_root}", f"output_dir={folder}",
                    *([f"cache_dir={args.cache}"] if args.cache else [])]
         t0 = time.perf_counter()
@@ -194,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None, help="the rollout cache (default: ROLLOUT_CACHE_DIR or "
                                                                   "~/.cache/rollout)")
     parser.add_argument("--smoke", action="store_true",
-                        help="1 question at --parallel 1, on the first --threads")
+                        help="1 question at --parallel 1, on the first --threads, 2 turns of at most 24 tokens")
     args = parser.parse_args(argv)
     if args.smoke:
         args.questions, args.parallel, args.threads = 1, [1], args.threads[:1]
