@@ -156,29 +156,33 @@ class RunConfig:
                 retriever=RetrievalParams.from_dict(rt),
                 gateway=GatewayConfig(**c["gateway"]),
                 agent=dict(c["agent"]),
-                system_prompt=c.get("system_prompt"),
+                system_prompt=c["system_prompt"],
                 workers=int(c["workers"]),
                 concurrency_per_worker=int(c["concurrency_per_worker"]),
-                cache_dir=Path(c["cache_dir"]) if c.get("cache_dir") else default_cache_dir(),
-                ray_address=c["ray"].get("address"),
-                ray_num_cpus=c["ray"].get("num_cpus"),
+                cache_dir=Path(c["cache_dir"]) if c["cache_dir"] else default_cache_dir(),
+                ray_address=c["ray"]["address"],
+                ray_num_cpus=c["ray"]["num_cpus"],
                 experiment=str(c["experiment"]),
-                task_timeout_s=float(c["task_timeout_s"]) if c.get("task_timeout_s") else None,
-                resume=bool(c.get("resume", True)),
-                watch=bool(c.get("watch", False)),
-                progress=bool(c.get("progress", True)),
-                verbose=parse_verbose(c.get("verbose", 0)),
-                repeats=int(c.get("repeats", 1)),
-                seed=int(c.get("seed", 0)),
-                score_failed=bool(c.get("score_failed", False)),
-                tokenizer=c.get("tokenizer"),
-                llm=c.get("llm"),
-                judge=c.get("judge"),
-                overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"], c.get("retriever"))),
-                scorers=_scorers(c.get("scoring")),
+                task_timeout_s=float(c["task_timeout_s"]) if c["task_timeout_s"] else None,
+                resume=bool(c["resume"]),
+                watch=bool(c["watch"]),
+                progress=bool(c["progress"]),
+                verbose=parse_verbose(c["verbose"]),
+                repeats=int(c["repeats"]),
+                seed=int(c["seed"]),
+                score_failed=bool(c["score_failed"]),
+                tokenizer=c["tokenizer"],
+                llm=c["llm"],
+                judge=c["judge"],
+                overrides=tuple(_job_identity_overrides(c["agent"], c["gateway_config_path"], rt)),
+                scorers=_scorers(c["scoring"]),
             )
         except TypeError as e:
             raise ConfigError(f"unexpected config key: {e}. Check your overrides against conf/") from e
+        except KeyError as e:  # conf/config.yaml sets every key: a config of one's own left this one out
+            raise ConfigError(f"the config has no key {e.args[0]!r}, which conf/config.yaml sets: drop the ~KEY "
+                              "override that removed it, or keep in a config of your own every key python -m rollout "
+                              "--cfg job shows") from None
         if run.workers < 1 or run.concurrency_per_worker < 1:
             raise ConfigError("workers and concurrency_per_worker must be at least 1")
         if run.repeats < 1:

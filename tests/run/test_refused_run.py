@@ -59,3 +59,11 @@ def test_refused_commands_leave_no_results_folder_with_a_lock_and_a_log(tmp_path
     assert bad_gateway.returncode == no_corpus.returncode == 2, bad_gateway.stderr + no_corpus.stderr
     assert "gateway file not found" in bad_gateway.stderr and "dataset.corpus.path" in no_corpus.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["qa.jsonl"]
+
+
+@pytest.mark.parametrize("removed", ["~resume", "~llm"])
+def test_a_config_without_a_key_it_reads_is_one_line_naming_the_key(removed):
+    with pytest.raises(ConfigError) as e:
+        compose_run_config(removed)
+    said = str(e.value)
+    assert said.startswith(f"the config has no key {removed[1:]!r}") and "\n" not in said
