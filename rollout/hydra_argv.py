@@ -2,16 +2,18 @@
 
 Hydra knows no `-v`/`-q`; `verbosity_overrides` turns them into the `verbose=N` override both apps'
 configs have, so `python -m rollout -v mode=sparse` and `rollout eval-retrieval -q` read as people expect.
+`hydra_command` makes a whole command of one job on one config of conf/ (`rollout build-index`, `eval-retrieval`).
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-from rollout.errors import ConfigError
+from rollout.errors import ConfigError, RolloutError
 
 _FLAG = re.compile(r"-(v+|q+)")
 
@@ -57,3 +59,28 @@ def hydra_argv(args: Sequence[str], prog: str | None = None) -> Iterator[None]:
         yield
     finally:
         sys.argv = saved
+
+
+def hydra_command(config_name: str, job: Callable[[Any], None]) -> Callable[..., None]:
+    """`main(argv=None, *, prog=None)` of a command that runs `job` on conf/`config_name`.yaml composed with the
+    overrides in `argv` (sys.argv's by default; `-v`/`-q` read as `verbose=N`, which sets the log detail before the
+    job starts). A `RolloutError` the job raises is one line on stderr and exit code 2."""
+    import hydra
+
+    from rollout.logs import apply_verbosity, parse_verbose
+    from rollout.paths import CONF_DIR
+
+    @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name=config_name)
+    def hydra_main(cfg: Any) -> None:
+        try:
+            apply_verbosity(parse_verbose(cfg.get("verbose", 0)))  # the format is Hydra's job logging (conf/hydra)
+            job(cfg)
+        except RolloutError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> None:
+        with hydra_argv(list(sys.argv[1:] if argv is None else argv), prog):
+            hydra_main()
+
+    return main

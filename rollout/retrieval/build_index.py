@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import hydra
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -29,9 +27,9 @@ from rollout.data import materialize_corpus, open_corpus
 from rollout.data.browsecomp_plus import check_corpus_spec, read_offline
 from rollout.data.dataset import DatasetConfig, data_sources
 from rollout.errors import ConfigError, RolloutError
-from rollout.hydra_argv import hydra_argv
-from rollout.logs import RAY_WORKER_SETUP_HOOK, apply_verbosity, levels, parse_verbose, ray_worker_env
-from rollout.paths import CONF_DIR, default_cache_dir
+from rollout.hydra_argv import hydra_command
+from rollout.logs import RAY_WORKER_SETUP_HOOK, levels, parse_verbose, ray_worker_env
+from rollout.paths import default_cache_dir
 from rollout.ray_console import forward_worker_logs, native_lines_logged, quiet_token_notice
 from rollout.retrieval.cache import load_or_build_indexes
 from rollout.retrieval.params import RetrievalParams
@@ -115,20 +113,8 @@ def build_indexes(cfg: DictConfig) -> list[Path]:
     return entries
 
 
-@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="build_index")
-def hydra_main(cfg: DictConfig) -> None:
-    try:
-        apply_verbosity(parse_verbose(cfg.get("verbose", 0)))
-        build_indexes(cfg)
-    except RolloutError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> None:
-    """`python -m rollout.retrieval.build_index OVERRIDES...` (also `rollout build-index`); argv goes to Hydra."""
-    with hydra_argv(list(sys.argv[1:] if argv is None else argv), prog):
-        hydra_main()
+main = hydra_command("build_index", build_indexes)
+"""`python -m rollout.retrieval.build_index OVERRIDES...` (also `rollout build-index`); argv goes to Hydra."""
 
 
 if __name__ == "__main__":

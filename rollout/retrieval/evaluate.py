@@ -22,13 +22,11 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -38,9 +36,8 @@ from rollout.console import ReadableConsole
 from rollout.data import open_corpus
 from rollout.data.dataset import DatasetConfig, prepare_data
 from rollout.errors import DataError, RolloutError
-from rollout.hydra_argv import hydra_argv
-from rollout.logs import apply_verbosity, parse_verbose
-from rollout.paths import CONF_DIR, default_cache_dir
+from rollout.hydra_argv import hydra_command
+from rollout.paths import default_cache_dir
 from rollout.records import Passage, Question
 from rollout.report.browsecomp_leaderboard import doc_ids
 from rollout.retrieval import RetrievalParams, Retriever, load_or_build_indexes
@@ -258,21 +255,13 @@ def _trec_block(c: dict[str, Any], retrievers: dict[str, Retriever], questions: 
     return trec, qrels_files
 
 
-@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="retrieval_eval")
-def hydra_main(cfg: DictConfig) -> None:
-    try:
-        apply_verbosity(parse_verbose(cfg.get("verbose", 0)))  # the format is Hydra's job logging (conf/hydra)
-        # The job's own folder: `output_dir` for one job, a subfolder of it per job of a sweep.
-        run_eval(cfg, HydraConfig.get().runtime.output_dir)
-    except RolloutError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+def _eval_job(cfg: DictConfig) -> None:
+    # The job's own folder: `output_dir` for one job, a subfolder of it per job of a sweep.
+    run_eval(cfg, HydraConfig.get().runtime.output_dir)
 
 
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> None:
-    """`python -m rollout.retrieval.evaluate OVERRIDES...` (also `rollout eval-retrieval`); argv goes to Hydra."""
-    with hydra_argv(list(sys.argv[1:] if argv is None else argv), prog):
-        hydra_main()
+main = hydra_command("retrieval_eval", _eval_job)
+"""`python -m rollout.retrieval.evaluate OVERRIDES...` (also `rollout eval-retrieval`); argv goes to Hydra."""
 
 
 if __name__ == "__main__":
