@@ -122,3 +122,10 @@ def test_a_gateway_file_that_leaves_the_agent_no_tool_stops_the_run_before_it_st
     with pytest.raises(ConfigError, match=r"module 1 has resource_type 'RAG' .*did you mean 'rag'\?"):
         run(cfg)
     assert not (tmp_path / "out" / "trajectory.jsonl").exists()
+
+
+def test_the_report_command_loads_what_a_subcommand_runs_on_only_when_it_runs():
+    code = ("import sys, rollout.report.cli; "
+            "print(sorted(m for m in ('pandas', 'matplotlib', 'openai') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

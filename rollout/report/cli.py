@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -21,25 +21,16 @@ from rich.text import Text
 
 from rollout.console import ReadableConsole, percent
 from rollout.errors import NotARunFolderError, ReportError, RolloutError
-from rollout.report.compare.comparison import compare_runs
-from rollout.report.compare.run_folders import common_parent, find_runs
-from rollout.report.compare.tables import TEXT_COLUMNS, comparison_tables, pair_sentence, write_comparison
-from rollout.report.judge.command import add_judge_parser
-from rollout.report.printed import degraded_lines, print_summary
-from rollout.report.rescore import rescore
-from rollout.report.tool_calls.report import write_tool_report
-from rollout.report.tool_calls.use import (
-    BY_CHOICES,
-    TRAFFIC_CHOICES,
-    ToolUse,
-    Windowing,
-    build_tool_use,
-    output_paths,
-    records,
-    write_tool_use,
-)
-from rollout.report.tool_calls.use_plot import plot_tool_use
+from rollout.report.judge.arguments import add_judge_parser
+from rollout.report.printed import degraded_lines
+from rollout.report.tool_calls.windows import BY_CHOICES, TRAFFIC_CHOICES, Windowing
 from rollout.run_folder import STATS_DIR
+
+if TYPE_CHECKING:
+    from rollout.report.tool_calls.use import ToolUse
+
+# Each subcommand imports what it runs on when it runs: pandas (tool-stats), matplotlib (compare, --by) and the
+# judge's LLM client (judge) would otherwise be loaded by every report command, about a second of its start.
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -55,10 +46,10 @@ def _failures(row: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in counts.items() if v) or "-"
 
 
-def _table(title: str, columns: Sequence[str]) -> Table:
+def _table(title: str, columns: Sequence[str], text_columns: frozenset[str] = frozenset()) -> Table:
     table = Table(title=title, title_justify="left")
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 or col in TEXT_COLUMNS else "right", overflow="fold")
+        table.add_column(col, justify="left" if i == 0 or col in text_columns else "right", overflow="fold")
     return table
 
 
@@ -163,6 +154,8 @@ def _print_tool_use(console: Console, use: ToolUse, written: list[Path]) -> None
         return [_fmt(r["mean_returned"], 2), _fmt(r["p50_ms"]), _fmt(r["p95_ms"]), percent(r["error_share"])]
 
     shares = _table(f"tool share per {per}", (key, "calls", *use.tool_names, *stats))
+    from rollout.report.tool_calls.use import records
+
     for r in records(use.windows):
         shares.add_row(r["window"], str(r["calls"]), *(percent(r[f"share_{t}"]) for t in use.tool_names),
                        *stat_cells(r))
@@ -181,6 +174,9 @@ def _print_tool_use(console: Console, use: ToolUse, written: list[Path]) -> None
 
 def run_tool_use(args: argparse.Namespace, console: Console) -> int:
     """`tool-stats --by step|time`: every folder is read and checked before anything is written."""
+    from rollout.report.tool_calls.use import build_tool_use, output_paths, write_tool_use
+    from rollout.report.tool_calls.use_plot import plot_tool_use
+
     traffic = args.traffic or "all"
     uses = [(Path(p), build_tool_use(p, args.by, args.window, traffic)) for p in args.paths]
     for path, use in uses:
@@ -194,6 +190,8 @@ def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
         return run_tool_use(args, console)
     if args.window is not None or args.traffic is not None:
         raise ReportError("--window and --traffic go with --by step or --by time (e.g. --by step --traffic train)")
+    from rollout.report.tool_calls.report import write_tool_report
+
     paths = [Path(p) for p in args.paths]
     for path in paths:
         _check_run_folder(path)
@@ -212,13 +210,17 @@ def run_tool_stats(args: argparse.Namespace, console: Console) -> int:
 
 
 def run_compare(args: argparse.Namespace, console: Console) -> int:
+    from rollout.report.compare.comparison import compare_runs
+    from rollout.report.compare.run_folders import common_parent, find_runs
+    from rollout.report.compare.tables import TEXT_COLUMNS, comparison_tables, pair_sentence, write_comparison
+
     runs = find_runs(args.paths)
     comparison = compare_runs(runs, baseline=args.baseline, seed=args.seed, score_failed=args.score_failed,
                               allow_different_questions=args.allow_different_questions)
     if (line := comparison.question_set_line) is not None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, whatever the width
     for title, headers, rows in comparison_tables(comparison):
-        table = _table(title, headers)
+        table = _table(title, headers, TEXT_COLUMNS)
         for row in rows:
             table.add_row(*map(Text, row))  # Text: a mode named like "[x]" is not markup
         console.print(table)
@@ -230,10 +232,20 @@ def run_compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def run_rescore(args: argparse.Namespace, console: Console) -> int:
+    from rollout.report.compare.run_folders import find_runs
+    from rollout.report.printed import print_summary
+    from rollout.report.rescore import rescore
+
     runs = find_runs(args.paths)
     for run in runs:
         print_summary(rescore(run, scorers=args.scorer), run, console)
     return 0
+
+
+def run_judge(args: argparse.Namespace, console: Console) -> int:
+    from rollout.report.judge.command import run_judge as judge
+
+    return judge(args, console)
 
 
 def add_run_paths(parser: argparse.ArgumentParser, metavar: str) -> None:
@@ -293,7 +305,7 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="a scorer package.module:function to score with instead of the run's scoring.scorers (repeatable)",
     )
     rescore_cmd.set_defaults(run=run_rescore)
-    add_judge_parser(commands)
+    add_judge_parser(commands, run_judge)
     return parser
 
 

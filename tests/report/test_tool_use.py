@@ -16,7 +16,8 @@ from rollout.errors import ReportError
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report.cli import main
-from rollout.report.tool_calls.use import build_tool_use, parse_window
+from rollout.report.tool_calls.use import build_tool_use
+from rollout.report.tool_calls.windows import parse_window
 from rollout.retrieval.cache import load_or_build_indexes
 from rollout.wire import TRAFFIC_TRAIN
 from tests.conftest import gateway_on_loopback

@@ -24,6 +24,7 @@ from rollout.errors import RolloutError
 from rollout.records import TaskKey, TaskResult
 from rollout.report.compare.run_folders import find_runs
 from rollout.report.judge.agreement import Agreement, Disagreement, agreement
+from rollout.report.judge.arguments import DEFAULT_BASE_URL, SHOWN_DISAGREEMENTS
 from rollout.report.judge.grader import (
     Judge,
     JudgeRecord,
@@ -33,7 +34,6 @@ from rollout.report.judge.grader import (
     needs_asking,
     reread,
 )
-from rollout.report.judge.presets import PRESETS
 from rollout.report.judge.store import (
     JudgeUsage,
     VerdictsFile,
@@ -48,9 +48,6 @@ from rollout.run_folder import iter_trajectory, read_config
 
 logger = logging.getLogger(__name__)
 
-SHOWN_DISAGREEMENTS = 5
-"""Tasks listed per off-diagonal cell unless --disagreements asks for all."""
-DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_SAMPLING = {"temperature": 0.0, "max_tokens": 2048}
 """As conf/config.yaml's `judge:` block: greedy, and simple-evals' grader budget of 2048 tokens."""
 
@@ -176,33 +173,6 @@ def run_judge(args: argparse.Namespace, console: Console) -> int:
     for run, settings in judges:
         judge_and_report(run, settings, console, show_all=args.disagreements)
     return 0
-
-
-def add_judge_parser(commands: Any) -> None:
-    """`judge RUN ... [options]` on the report command's subparsers."""
-    judge = commands.add_parser(
-        "judge",
-        help="score each run's answers with an LLM judge on a published grader prompt (without rerunning the "
-             "agent); writes judgements/<judge-key>.jsonl and scores/judge.jsonl",
-    )
-    judge.add_argument("paths", nargs="+", metavar="RUN",
-                       help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment>")
-    judge.add_argument("--model", help="the judge model its endpoint serves (default: the run's judge.model)")
-    judge.add_argument("--base-url", help=f"the judge's OpenAI-compatible endpoint (default: the run's judge.base_url, "
-                                          f"else {DEFAULT_BASE_URL})")
-    judge.add_argument("--preset", choices=sorted(PRESETS), help="the grader prompt (default: simpleqa)")
-    judge.add_argument("--concurrency", type=int, help="requests in flight at once (default: 16)")
-    judge.add_argument("--api-key-env", help="environment variable holding the key (default: OPENAI_API_KEY)")
-    judge.add_argument("--temperature", type=float, help="sampling temperature (default: 0.0)")
-    judge.add_argument("--max-tokens", type=int, help="token limit of a reply (default: 2048)")
-    judge.add_argument("--timeout-s", type=float, help="per request (default: 120)")
-    judge.add_argument("--max-retries", type=int, help="on 429, 5xx and connection errors (default: 5)")
-    judge.add_argument("--price-prompt", type=float, help="USD per million prompt tokens of the judge")
-    judge.add_argument("--price-completion", type=float, help="USD per million completion tokens of the judge")
-    judge.add_argument("--disagreements", action="store_true",
-                       help=f"list every task exact match and the judge disagree on (default: the first "
-                            f"{SHOWN_DISAGREEMENTS} of each kind)")
-    judge.set_defaults(run=run_judge)
 
 
 def print_judging(console: Console, j: RunJudging, *, show_all: bool = False) -> None:

@@ -15,7 +15,8 @@ matplotlib.use("Agg")  # before pyplot: no display on the machines training runs
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from rollout.report.tool_calls.use import KEY_COLUMNS, ToolUse, duration  # noqa: E402
+from rollout.report.tool_calls.use import KEY_COLUMNS, ToolUse  # noqa: E402
+from rollout.report.tool_calls.windows import duration  # noqa: E402
 
 TIME_UNITS = ((3600.0, "hours"), (60.0, "minutes"), (1.0, "seconds"))
 """The x axis of a time plot: the largest unit no longer than the window."""
