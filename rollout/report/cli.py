@@ -140,6 +140,8 @@ def _unplaced_line(s: dict[str, Any]) -> str | None:
 
 
 def _print_tool_use(console: Console, use: ToolUse, written: list[Path]) -> None:
+    from rollout.report.tool_calls.use import records
+
     s = use.summary
     per_step = s["by"] == "step" and s["window"] == 1
     key = "step" if per_step else "steps" if s["by"] == "step" else "window"
@@ -154,8 +156,6 @@ def _print_tool_use(console: Console, use: ToolUse, written: list[Path]) -> None
         return [_fmt(r["mean_returned"], 2), _fmt(r["p50_ms"]), _fmt(r["p95_ms"]), percent(r["error_share"])]
 
     shares = _table(f"tool share per {per}", (key, "calls", *use.tool_names, *stats))
-    from rollout.report.tool_calls.use import records
-
     for r in records(use.windows):
         shares.add_row(r["window"], str(r["calls"]), *(percent(r[f"share_{t}"]) for t in use.tool_names),
                        *stat_cells(r))

@@ -63,27 +63,28 @@ class GatewayConfig:
 
 @dataclass(frozen=True, slots=True)
 class RaySettings:
-    """The run's slice for its Ray (`rollout.run.ray_session`)."""
+    """The run's slice for its Ray (`rollout.run.ray_session`), made by `RunConfig.ray`."""
 
-    address: str | None = None
+    address: str | None
     """`ray.address`: a cluster to join; None starts a Ray of the run's own."""
-    num_cpus: int | None = None
-    verbose: int = 0
+    num_cpus: int | None
+    verbose: int
     """The run's verbosity, which Ray's own logging and its workers' follow."""
-    api_key_env: str | None = None
+    api_key_env: str | None
     """`llm.api_key_env` of the agent: the variable workers on other nodes need from the driver's environment."""
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerPool:
-    """The run's slice for its rollout workers (`rollout.run.scheduler`): how many, and what each is made with."""
+    """The run's slice for its rollout workers (`rollout.run.scheduler`): how many, and what each is made with; made by
+    `RunConfig.worker_pool`."""
 
     agent: dict[str, Any]
     """Hydra `_target_` spec of the policy, instantiated inside each worker."""
-    workers: int = 2
-    concurrency_per_worker: int = 4
-    task_timeout_s: float | None = 900.0
-    watch: bool = False
+    workers: int
+    concurrency_per_worker: int
+    task_timeout_s: float | None
+    watch: bool
     """Workers keep their tasks' events for the driver to collect."""
 
 
