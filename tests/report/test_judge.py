@@ -329,3 +329,15 @@ def test_a_judging_whose_later_requests_fail_keeps_the_verdicts_it_got(server, t
     judging = judge_run(run, settings(server, run))
     verdicts = read_verdicts(verdicts_path(run, judging.settings.key))
     assert verdicts["q1", 0].label == "CORRECT" and verdicts["q2", 0].error is not None
+
+
+def test_a_verdict_line_of_another_shape_is_skipped_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "verdicts.jsonl"
+    good = {"id": "q1", "repeat": 0, "label": "A", "metrics": {"judge_correct": 1.0}, "reply": "A",
+            "prediction_sha256": "0" * 64}
+    lines = [{"id": "q0", "repeat": 0}, {**good, "id": "q2", "metrics": "correct"}, good]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="rollout.report.judge.store"):
+        verdicts = read_verdicts(path)
+    assert [key[0] for key in verdicts] == ["q1"] and verdicts[("q1", 0)].metrics == {"judge_correct": 1.0}
+    assert sum("a verdict line of another shape skipped" in r.message for r in caplog.records) == 2

@@ -53,7 +53,7 @@ def read_verdicts(path: Path) -> dict[TaskKey, JudgeRecord]:
     for data in iter_jsonl(path):
         try:
             record = JudgeRecord.from_json(data)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:  # a missing field or a value of another type (pydantic's ValueError)
             logger.warning("%s: a verdict line of another shape skipped (%s)", path, e)
             continue
         verdicts[record.key] = record
