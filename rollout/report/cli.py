@@ -305,7 +305,7 @@ def build_parser(prog: str = "python -m rollout.report") -> argparse.ArgumentPar
         help="a scorer package.module:function to score with instead of the run's scoring.scorers (repeatable)",
     )
     rescore_cmd.set_defaults(run=run_rescore)
-    add_judge_parser(commands, run_judge)
+    add_run_paths(add_judge_parser(commands, run_judge), "RUN")
     return parser
 
 

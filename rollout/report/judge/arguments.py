@@ -16,16 +16,14 @@ SHOWN_DISAGREEMENTS = 5
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
 
-def add_judge_parser(commands: Any, run: Callable[[argparse.Namespace, Console], int]) -> None:
-    """`judge RUN ... [options]` on the report command's subparsers, run by `run`
-    (`rollout.report.judge.command.run_judge`)."""
+def add_judge_parser(commands: Any, run: Callable[[argparse.Namespace, Console], int]) -> argparse.ArgumentParser:
+    """`judge [options]` on the report command's subparsers, run by `run` (`rollout.report.judge.command.run_judge`);
+    the caller adds the run folders it reads, as every report command does."""
     judge = commands.add_parser(
         "judge",
         help="score each run's answers with an LLM judge on a published grader prompt (without rerunning the "
              "agent); writes judgements/<judge-key>.jsonl and scores/judge.jsonl",
     )
-    judge.add_argument("paths", nargs="+", metavar="RUN",
-                       help="run folder(s) holding trajectory.jsonl, or a parent such as results/<experiment>")
     judge.add_argument("--model", help="the judge model its endpoint serves (default: the run's judge.model)")
     judge.add_argument("--base-url", help=f"the judge's OpenAI-compatible endpoint (default: the run's judge.base_url, "
                                           f"else {DEFAULT_BASE_URL})")
@@ -42,3 +40,4 @@ def add_judge_parser(commands: Any, run: Callable[[argparse.Namespace, Console],
                        help=f"list every task exact match and the judge disagree on (default: the first "
                             f"{SHOWN_DISAGREEMENTS} of each kind)")
     judge.set_defaults(run=run)
+    return judge
