@@ -84,7 +84,7 @@ def bench_throughput(args: argparse.Namespace, cache_dir: Path) -> list[tuple[st
         )
         data = prepare_data(cfg.dataset, cfg.cache_dir)
         ideal_latency = args.turns * args.latency
-        with gateway_for_run(cfg, data.corpus_path) as gateway:
+        with gateway_for_run(cfg.gateway_launch, data.corpus_path) as gateway:
             url = gateway.wait_ready()
             throughput(cfg, url, data.questions, 8, 2)  # warm: actors, sessions, page cache
             for c in args.concurrency:

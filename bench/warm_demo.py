@@ -139,7 +139,7 @@ def demo_gateway_args(work: Path) -> list[str]:
     cfg = compose_run_config("mode=hybrid", f"output_dir={work / 'beside'}")
     retriever = work / "retriever.json"
     retriever.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-    return gateway_args(cfg, prepare_data(cfg.dataset, cfg.cache_dir).corpus_path, retriever)
+    return gateway_args(cfg.gateway_launch, prepare_data(cfg.dataset, cfg.cache_dir).corpus_path, retriever)
 
 
 def ray_beside_gateway(args: list[str]) -> Timing:

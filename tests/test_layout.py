@@ -178,3 +178,34 @@ def test_the_layout_in_the_docs_names_every_module():
     unnamed = [str(path.relative_to(ROOT)) for path in modules if path.stem not in ("__init__", "__main__")
                and not re.search(rf"(?<![A-Za-z0-9_]){re.escape(path.stem)}(?![A-Za-z0-9_])", layout)]
     assert not unnamed, f"docs/architecture.md's 'Layout of the code' does not name: {unnamed}"
+
+
+WHOLE_CONFIG_TAKERS = {"rollout.run.driver.run", "rollout.run.stream.run_with_events", "rollout.run.prepare.prepare",
+                       "rollout.run.serving.serving", "rollout.run.roll_out.roll_out",
+                       "rollout.run.identity.identity_settings", "rollout.run.identity.RunIdentity.of",
+                       "rollout.export.questions.prompt_rows"}
+"""The functions that take the whole `RunConfig`: the run's entry points and its stages that read most of it. The
+rest take the slice of the config they use (`RunConfig.ray`, `.worker_pool`, `.gateway_launch`, ...)."""
+
+
+def whole_config_takers() -> set[str]:
+    """Every function and method of the package with a parameter annotated `RunConfig`."""
+    found = set()
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        scopes = [(module, tree.body), *((f"{module}.{c.name}", c.body) for c in tree.body
+                                          if isinstance(c, ast.ClassDef))]
+        for owner, body in scopes:
+            for node in body:
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                        a.annotation is not None and ast.unparse(a.annotation).strip("'\"") == "RunConfig"
+                        for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)):
+                    found.add(f"{owner}.{node.name}")
+    return found
+
+
+def test_only_the_entry_points_and_the_stages_take_the_whole_run_config():
+    found = whole_config_takers()
+    assert found == WHOLE_CONFIG_TAKERS, (
+        f"new: {sorted(found - WHOLE_CONFIG_TAKERS)}, gone: {sorted(WHOLE_CONFIG_TAKERS - found)}. A function "
+        "past the stages takes the slice of the config it reads (a property of RunConfig, as `ray` is)")

@@ -156,7 +156,7 @@ def test_the_flags_a_run_gives_its_gateway_parse_back_to_the_same_verbosity(verb
 @pytest.mark.parametrize("verbose", [-1, 0, 2])
 def test_a_run_hands_its_verbosity_to_the_gateway_it_starts(verbose, tmp_path):
     cfg = compose_run_config(f"verbose={verbose}")
-    args = gateway_args(cfg, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")
+    args = gateway_args(cfg.gateway_launch, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")
     assert verbosity(build_gateway_parser().parse_args(args)) == verbose
 
 

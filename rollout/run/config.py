@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError
 
+from rollout.data import is_source_folder
 from rollout.data.dataset import DatasetConfig
 from rollout.errors import ConfigError
 from rollout.gateway_file import load_gateway_file
@@ -23,6 +24,7 @@ from rollout.wire import MAX_DOCS_PER_CALL
 
 if TYPE_CHECKING:
     from rollout.report.judge.grader import JudgeSettings
+    from rollout.report.rescore import ScoringConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,27 @@ class WorkerPool:
     task_timeout_s: float | None
     watch: bool
     """Workers keep their tasks' events for the driver to collect."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayLaunch:
+    """The run's slice for its gateway (`rollout.run.gateway_kinds`): which one, and what a launched one starts with;
+    made by `RunConfig.gateway_launch`."""
+
+    gateway: GatewayConfig
+    gateway_file: Path
+    cache_dir: Path
+    output_dir: Path
+    retriever: RetrievalParams
+    tokenizer: str | None
+    step_llm: dict[str, Any] | None
+    """The `llm:` block the gateway's step tools ask (`RunConfig.step_llm`); None leaves them offline."""
+    sources_root: Path | None
+    """The folder of a `dataset.kind=files` corpus read from source files, whose tools read them."""
+    verbose: int
+    ray: RaySettings
+    """The Ray a Serve gateway runs in, and whether the run joins a cluster (a launched gateway then binds the node's
+    address)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +238,14 @@ class RunConfig:
 
         return JudgeSettings.from_config(self.judge)
 
+    def scoring_config(self) -> ScoringConfig:
+        """How the run's answers are scored (`rollout.report.rescore`)."""
+        from rollout.report.rescore import ScoringConfig  # imported when used: the report package loads with it
+
+        return ScoringConfig(mode=self.mode_name, gateway_file=str(self.gateway_config_path),
+                             score_failed=self.score_failed, scorers=self.scorers,
+                             max_turns=self.agent.get("max_turns"))
+
     @property
     def ray(self) -> RaySettings:
         llm = self.agent.get("llm")
@@ -224,6 +255,14 @@ class RunConfig:
     @property
     def worker_pool(self) -> WorkerPool:
         return WorkerPool(self.agent, self.workers, self.concurrency_per_worker, self.task_timeout_s, self.watch)
+
+    @property
+    def gateway_launch(self) -> GatewayLaunch:
+        corpus = self.dataset.corpus.path
+        sources = self.dataset.kind == "files" and corpus and is_source_folder(corpus)
+        return GatewayLaunch(self.gateway, self.gateway_config_path, self.cache_dir, self.output_dir, self.retriever,
+                             self.tokenizer, self.step_llm(), Path(corpus).resolve() if sources else None,
+                             self.verbose, self.ray)
 
     def step_llm(self) -> dict[str, Any] | None:
         """The `llm:` block the gateway's step tools ask: set when `llm.model` is and the gateway file serves a

@@ -49,7 +49,22 @@ def run(cfg: RunConfig, *, on_event: Callable[[str, AnyEvent], None] | None = No
     new_folder = holds_nothing(cfg.output_dir)
     with hold_run_lock(cfg.output_dir):
         try:
-            return _run_holding_lock(cfg, on_event, on_result)
+            timeline = Timeline()
+            prepared = prepare(cfg)
+            timeline.mark("data")
+            with serving(cfg, prepared, timeline) as served:
+                rolled = roll_out(cfg, prepared, served, timeline, on_event=on_event, on_task=on_result)
+                summary = score_and_print(cfg.output_dir, cfg.scoring_config(), cfg.judge_settings(), prepared.agent,
+                                          timeline, rolled.interrupted, rolled.not_asked, served.tool_specs,
+                                          served.degraded_tools)
+                write_tool_report = served.gateway.report_when_stopped(cfg.output_dir)
+            write_tool_report()
+            timeline.mark("stopped")
+            logger.debug("Timeline after the summary: %s", timeline.line())
+            if rolled.interrupted:
+                raise RunInterrupted(f"interrupted with {summary.n} of {rolled.total} tasks finished, saved in "
+                                     f"{cfg.output_dir}. Run the same command again to resume")
+            return RunOutcome(cfg.output_dir, summary, dict(rolled.ran))
         except RunInterrupted:
             raise
         except RolloutError:
@@ -57,26 +72,3 @@ def run(cfg: RunConfig, *, on_event: Callable[[str, AnyEvent], None] | None = No
             if new_folder and not (cfg.output_dir / TRAJECTORY_FILE).exists():
                 remove_refused_folder(cfg.output_dir)
             raise
-
-
-
-def _run_holding_lock(cfg: RunConfig, on_event: Callable[[str, AnyEvent], None] | None,
-                      on_task: Callable[[TaskResult], None] | None) -> RunOutcome:
-    timeline = Timeline()
-    prepared = prepare(cfg)
-    timeline.mark("data")
-    out = cfg.output_dir
-    with serving(cfg, prepared, timeline) as served:
-        rolled = roll_out(cfg, prepared, served, timeline, on_event=on_event, on_task=on_task)
-        summary = score_and_print(cfg, out, prepared.agent, timeline, rolled.interrupted, rolled.not_asked,
-                                  served.tool_specs, served.degraded_tools)
-        write_tool_report = served.gateway.report_when_stopped(out)
-    write_tool_report()
-    timeline.mark("stopped")
-    logger.debug("Timeline after the summary: %s", timeline.line())
-    if rolled.interrupted:
-        raise RunInterrupted(
-            f"interrupted with {summary.n} of {rolled.total} tasks finished, saved in {out}. "
-            "Run the same command again to resume"
-        )
-    return RunOutcome(out, summary, dict(rolled.ran))

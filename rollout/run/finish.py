@@ -11,32 +11,33 @@ import logging
 import time
 from collections.abc import Container
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.console import ReadableConsole
 from rollout.records import TaskKey
 from rollout.report.printed import print_summary
 from rollout.report.rescore import RunFacts, ScoringConfig, score_folder
-from rollout.run.config import RunConfig
 from rollout.run.timeline import Timeline
 from rollout.summary import RunSummary
+
+if TYPE_CHECKING:
+    from rollout.report.judge.grader import JudgeSettings
 
 logger = logging.getLogger(__name__)
 
 
-def score_and_print(cfg: RunConfig, out: Path, agent: object, timeline: Timeline, interrupted: bool,
-                    not_asked: Container[TaskKey], tool_specs: list[dict[str, Any]],
-                    degraded_tools: dict[str, str]) -> RunSummary:
-    """Judge (when configured), score and print the run's summary; returns it."""
-    if not interrupted and (judge := cfg.judge_settings()) is not None:
+def score_and_print(out: Path, scoring: ScoringConfig, judge: JudgeSettings | None, agent: object,
+                    timeline: Timeline, interrupted: bool, not_asked: Container[TaskKey],
+                    tool_specs: list[dict[str, Any]], degraded_tools: dict[str, str]) -> RunSummary:
+    """Judge (with `judge` set), score and print the run's summary; returns it."""
+    if not interrupted and judge is not None:
         from rollout.report.judge.command import judge_finished_run  # the judge's client, for judged runs only
 
         judge_finished_run(out, judge, ReadableConsole())  # its scores file joins the summary below
     # The trajectory holds this run's tasks and those of earlier runs into the folder: only the latter may be
     # tasks this run no longer asks.
     summary = score_folder(
-        out, ScoringConfig(mode=cfg.mode_name, gateway_file=str(cfg.gateway_config_path),
-                           score_failed=cfg.score_failed, scorers=cfg.scorers, max_turns=cfg.agent.get("max_turns")),
+        out, scoring,
         RunFacts(wall_time_s=time.perf_counter() - timeline.started, complete=not interrupted,
                  deterministic_agent=getattr(agent, "deterministic", None), degraded_tools=degraded_tools,
                  tools_offered=len(tool_specs), started_at=timeline.started_at),

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import ray.util
 
-from rollout.data import is_source_folder
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import verbosity_flags
-from rollout.run.config import GatewayConfig, RunConfig
+from rollout.run.config import GatewayConfig, GatewayLaunch
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run.ray_session import ray_session
 from rollout.run.scheduler import Gateway
@@ -32,36 +31,35 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def gateway_args(cfg: RunConfig, corpus_path: Path, retriever_config: Path) -> list[str]:
+def gateway_args(launch: GatewayLaunch, corpus_path: Path, retriever_config: Path) -> list[str]:
     """The gateway's command line; paths are absolute, as Serve replicas do not start in the run's directory.
 
     The run's `llm:` block goes inline when the gateway file's step tools ask an LLM (`RunConfig.step_llm`): it
     names the key's environment variable, never the key."""
-    extra = []
-    if cfg.tokenizer:
-        extra += ["--tokenizer", str(cfg.tokenizer)]
-    if not cfg.gateway.offline_steps:
+    gateway, extra = launch.gateway, []
+    if launch.tokenizer:
+        extra += ["--tokenizer", str(launch.tokenizer)]
+    if not gateway.offline_steps:
         extra.append("--no-offline-steps")
-    if (llm := cfg.step_llm()) is not None:
-        extra += ["--llm-config", json.dumps(llm)]
-    corpus = cfg.dataset.corpus.path
-    if cfg.dataset.kind == "files" and corpus and is_source_folder(corpus):
-        extra += ["--sources-root", str(Path(corpus).resolve())]
+    if launch.step_llm is not None:
+        extra += ["--llm-config", json.dumps(launch.step_llm)]
+    if launch.sources_root is not None:
+        extra += ["--sources-root", str(launch.sources_root)]
     return [
-        "--config", str(cfg.gateway_config_path.resolve()),
+        "--config", str(launch.gateway_file.resolve()),
         "--corpus", str(corpus_path.resolve()),
-        "--cache-dir", str(cfg.cache_dir.resolve()),
-        "--output-dir", str(cfg.output_dir.resolve()),
+        "--cache-dir", str(launch.cache_dir.resolve()),
+        "--output-dir", str(launch.output_dir.resolve()),
         "--no-report",  # the run writes the report from its trajectory once the gateway is stopped
         "--retriever-config", str(retriever_config),
-        "--default-top-k", str(cfg.gateway.default_top_k),
-        "--max-top-k", str(cfg.gateway.max_top_k),
-        "--default-max-docs", str(cfg.gateway.default_max_docs),
-        "--transport", cfg.gateway.transport,
+        "--default-top-k", str(gateway.default_top_k),
+        "--max-top-k", str(gateway.max_top_k),
+        "--default-max-docs", str(gateway.default_max_docs),
+        "--transport", gateway.transport,
         # The token reaches the child through GatewayProcess's environment, never its command line.
-        "--tool-timeout-s", str(cfg.gateway.tool_timeout_s or cfg.gateway.call_timeout_s),
-        "--threads-per-group", str(cfg.gateway.threads_per_group),
-        *verbosity_flags(cfg.verbose),
+        "--tool-timeout-s", str(gateway.tool_timeout_s or gateway.call_timeout_s),
+        "--threads-per-group", str(gateway.threads_per_group),
+        *verbosity_flags(launch.verbose),
         *extra,
     ]
 
@@ -164,7 +162,7 @@ def write_tool_report(out: Path) -> None:
 
 
 @contextlib.contextmanager
-def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[RunGateway]:
+def gateway_for_run(launch: GatewayLaunch, corpus_path: Path) -> Iterator[RunGateway]:
     """The configured gateway, or one launched for this run (stopped after it, even on failure), or within a sweep
     the one its jobs share (`rollout.run.sweep_gateway`, stopped when the sweep ends).
 
@@ -175,36 +173,37 @@ def gateway_for_run(cfg: RunConfig, corpus_path: Path) -> Iterator[RunGateway]:
     One replica is a child process, started before Ray so it loads while Ray starts; more are a Ray
     Serve application, deployed once Ray is up (this enters `ray_session`, and the run's own use of
     it then finds Ray running)."""
-    if cfg.gateway.url:
-        _plan_gateway_file(cfg.gateway_config_path)
-        logger.info("Using running gateway %s; its tool stats are written where it was started", cfg.gateway.url)
+    if launch.gateway.url:
+        _plan_gateway_file(launch.gateway_file)
+        logger.info("Using running gateway %s; its tool stats are written where it was started", launch.gateway.url)
         stop_the_sweeps_gateway("this job uses a running gateway")
-        yield RunningGateway(cfg.gateway.url)
+        yield RunningGateway(launch.gateway.url)
         return
-    token = cfg.gateway.auth_token
-    host = gateway_host(cfg.gateway, cfg.ray_address)
+    token = launch.gateway.auth_token
+    host = gateway_host(launch.gateway, launch.ray.address)
     if not is_loopback(host) and not resolve_token(token):
         logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
                        "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
-    if cfg.gateway.replicas > 1:
+    if launch.gateway.replicas > 1:
         # Imported here: it loads the gateway's own modules, which a one-process run never needs.
         from rollout.run.gateway_serve import ServeGateway
 
-        _plan_gateway_file(cfg.gateway_config_path)  # refused here, not by every replica
+        _plan_gateway_file(launch.gateway_file)  # refused here, not by every replica
         stop_the_sweeps_gateway("this job serves its gateway on Ray Serve")
         with tempfile.TemporaryDirectory(prefix="rollout-run-") as tmp:
             retriever_config = Path(tmp) / "retriever.json"
-            retriever_config.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-            with ray_session(cfg.ray), ServeGateway(
-                gateway_args(cfg, corpus_path, retriever_config), cfg.retriever.to_dict(), host=host,
-                replicas=cfg.gateway.replicas, replica_cpus=cfg.gateway.replica_cpus,
-                autoscaling=cfg.gateway.autoscaling, ready_timeout_s=cfg.gateway.ready_timeout_s, auth_token=token,
+            retriever_config.write_text(json.dumps(launch.retriever.to_dict()), encoding="utf-8")
+            with ray_session(launch.ray), ServeGateway(
+                gateway_args(launch, corpus_path, retriever_config), launch.retriever.to_dict(), host=host,
+                replicas=launch.gateway.replicas, replica_cpus=launch.gateway.replica_cpus,
+                autoscaling=launch.gateway.autoscaling, ready_timeout_s=launch.gateway.ready_timeout_s,
+                auth_token=token,
             ) as served:
                 yield ServedGateway(served)
         return
-    with gateway_process(lambda retriever_config: gateway_args(cfg, corpus_path, retriever_config),
-                         cfg.retriever.to_dict(), host=host, auth_token=token,
-                         ready_timeout_s=cfg.gateway.ready_timeout_s) as gw:
+    with gateway_process(lambda retriever_config: gateway_args(launch, corpus_path, retriever_config),
+                         launch.retriever.to_dict(), host=host, auth_token=token,
+                         ready_timeout_s=launch.gateway.ready_timeout_s) as gw:
         yield LaunchedGateway(gw)
 
 

@@ -47,7 +47,7 @@ class Served:
 def serving(cfg: RunConfig, prepared: Prepared, timeline: Timeline) -> Iterator[Served]:
     """The run's gateway, Ray and workers, up for the `with`; taken down after it (a sweep keeps its gateway)."""
     n_tasks = len(prepared.data.questions) * cfg.repeats
-    with gateway_for_run(cfg, prepared.data.corpus_path) as gateway, ray_session(cfg.ray):
+    with gateway_for_run(cfg.gateway_launch, prepared.data.corpus_path) as gateway, ray_session(cfg.ray):
         timeline.mark("ray up")
         actors = start_actors(cfg.worker_pool, min(cfg.workers, n_tasks))
         url = gateway.wait_ready()

@@ -50,7 +50,8 @@ def test_a_default_outside_what_one_call_may_return_is_refused(capsys):
 
 def test_the_run_passes_it_to_its_gateway_and_it_is_part_of_the_run_s_identity(tmp_path):
     cfg = compose_run_config("gateway.default_max_docs=4")
-    assert parse_args(gateway_args(cfg, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")).default_max_docs == 4
+    args = gateway_args(cfg.gateway_launch, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")
+    assert parse_args(args).default_max_docs == 4
     assert identity_settings(cfg)["gateway.default_max_docs"] == 4
     assert identity_settings(compose_run_config())["gateway.default_max_docs"] == 10
     assert Path(cfg.output_dir).name.endswith(",gateway.default_max_docs=4")

@@ -21,7 +21,7 @@ def test_a_replica_s_lines_are_in_the_one_format_on_stderr(tmp_path, cache_dir, 
     cfg = compose_run_config("mode=sparse", *SMALL_KB, f"cache_dir={cache_dir}", f"output_dir={tmp_path}")
     retriever = tmp_path / "retriever.json"
     retriever.write_text(json.dumps(cfg.retriever.to_dict()), encoding="utf-8")
-    argv = gateway_args(cfg, prepare_data(cfg.dataset, cfg.cache_dir).corpus_path, retriever)
+    argv = gateway_args(cfg.gateway_launch, prepare_data(cfg.dataset, cfg.cache_dir).corpus_path, retriever)
     monkeypatch.setattr(serve, "get_replica_context",
                         lambda: SimpleNamespace(replica_id=SimpleNamespace(unique_id="replica-1")))
     root = logging.getLogger()

@@ -18,9 +18,9 @@ from pydantic import WithJsonSchema
 from envs import HttpMCPRagEnv
 from rollout.errors import ConfigError, GatewayError
 from rollout.gateway.server import build_gateway
-from rollout.listen import bind_socket
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
+from rollout.listen import bind_socket
 from rollout.paths import PROJECT_ROOT
 from rollout.report import load_calls
 from rollout.wire import META_CALL_ID, META_SOURCE, META_TASK_ID

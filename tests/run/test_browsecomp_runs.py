@@ -18,6 +18,7 @@ from tests.agents.browsecomp_agent import DeepResearchServer, deep_research_serv
 from tests.conftest import shared_by_workers
 from tests.data.browsecomp_fixture import BrowseCompFixture, write_fixture
 
+
 @pytest.fixture(scope="module")
 def fixture(tmp_path_factory: pytest.TempPathFactory) -> BrowseCompFixture:
     return write_fixture(shared_by_workers(tmp_path_factory) / "browsecomp-fixture")

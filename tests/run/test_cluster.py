@@ -72,7 +72,7 @@ def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, c
     cfg = compose_run_config(f"output_dir={tmp_path}")
     cfg = dataclasses.replace(cfg, gateway=dataclasses.replace(cfg.gateway, host="10.9.8.7"))
     with caplog.at_level(logging.WARNING, logger="rollout.run.gateway_kinds"), \
-            gateway_kinds.gateway_for_run(cfg, tmp_path / "c.jsonl"):
+            gateway_kinds.gateway_for_run(cfg.gateway_launch, tmp_path / "c.jsonl"):
         pass
     assert launched["host"] == "10.9.8.7"
     assert "without a token" in caplog.text and "ROLLOUT_GATEWAY_TOKEN" in caplog.text

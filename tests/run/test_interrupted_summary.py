@@ -19,7 +19,7 @@ def test_an_interrupted_runs_summary_counts_the_calls_made_since_it_started(tmp_
     out = make_run(tmp_path, "hybrid", [earlier, *since], [], mode="hybrid")
     cfg = compose_run_config("mode=hybrid", f"output_dir={out}")
 
-    summary = score_and_print(cfg, out, object(), timeline, True, set(), [], {})
+    summary = score_and_print(out, cfg.scoring_config(), None, object(), timeline, True, set(), [], {})
 
     assert not summary.complete and summary.unfinished_calls == {DENSE: ToolUse(3, 0)}
     assert "Interrupted: 3 of these tool calls were made by tasks that had not finished" in capsys.readouterr().out

@@ -7,9 +7,10 @@ each in its own ledger, and every tool call of the trajectory is in exactly one 
 
 Dense shards on Ray Serve share the module's cluster (and its Serve instance), in one test as well: with
 `retriever.dense.serve=true` each shard is its own Serve application; the shards land on both nodes; a shard
-replica killed mid-run fails the calls that needed it as `upstream_unavailable` (tasks recorded as infrastructure
-failures, never answered from the other shard alone) while Serve restarts it; the run resumed runs those tasks
-again, and every call of the finished run returned exactly what one flat index returns. (`rollout build-index`
+replica killed mid-run fails the calls that needed it (those it did not answer within
+`retriever.dense.serve_timeout_s`) as `upstream_unavailable` (tasks recorded as infrastructure failures, never
+answered from the other shard alone) while Serve restarts it; the run resumed runs those tasks again, and every
+call of the finished run returned exactly what one flat index returns. (`rollout build-index`
 writing the shards: tests/retrieval/test_ray_build.py.)
 """
 
@@ -35,7 +36,6 @@ from rollout.run.config import compose_run_config
 from rollout.run.driver import run
 from rollout.run_folder import iter_trajectory, ledger_paths, report_path, trajectory_path
 from tests.demo_runs import SMALL_KB
-
 
 MAX_SHARD_KILLS = 5
 """Kills of shard 1's replica in the first run at most, should calls keep reaching a restarted one."""
@@ -103,8 +103,11 @@ def test_shards_on_serve_fail_as_infrastructure_when_down_and_answer_exactly(two
     monkeypatch.setenv("ROLLOUT_GATEWAY_TOKEN", "cluster-secret")  # the gateway binds the node address
     common = ["mode=dense", *SMALL_KB, f"ray.address={two_nodes.address}", f"cache_dir={cache_dir}", "progress=false",
               "gateway.replicas=2", "gateway.replica_cpus=0.25", "retriever.dense.shards=2",
-              "retriever.dense.serve=true", "retriever.dense.serve_cpus=0.25", "retriever.dense.serve_timeout_s=2",
-              "workers=1", "concurrency_per_worker=8", f"output_dir={tmp_path / 'run'}"]
+              "retriever.dense.serve=true", "retriever.dense.serve_cpus=0.25", "workers=1", "concurrency_per_worker=8",
+              f"output_dir={tmp_path / 'run'}"]
+    # A shard that has not answered in 0.5 s fails the call: shorter than Serve takes to restart a killed replica
+    # on a quiet machine. The timeout is not part of the run's identity, so the resumed run waits longer.
+    first_try, resumed_with = "retriever.dense.serve_timeout_s=0.5", "retriever.dense.serve_timeout_s=30"
     killed: dict[str, Any] = {"pids": set(), "failed": False}
 
     def kill_a_shard(task_id: str, event: object) -> None:
@@ -126,7 +129,7 @@ def test_shards_on_serve_fail_as_infrastructure_when_down_and_answer_exactly(two
             os.kill(where[1]["pid"], signal.SIGKILL)
             killed["pids"].add(where[1]["pid"])
 
-    first = run(compose_run_config(*common), on_event=kill_a_shard)
+    first = run(compose_run_config(*common, first_try), on_event=kill_a_shard)
     assert killed["pids"] and len(killed["nodes"]) == 2, "SPREAD puts the two shards on the two nodes"
     tasks = list(iter_trajectory(first.output_dir))
     down = [t for t in tasks if any(c.outcome == "upstream_unavailable" for c in t.tool_calls)]
@@ -137,7 +140,7 @@ def test_shards_on_serve_fail_as_infrastructure_when_down_and_answer_exactly(two
     assert sum(line["outcome"] == "upstream_unavailable" for line in ledger) == sum(
         c.outcome == "upstream_unavailable" for t in tasks for c in t.tool_calls)
 
-    resumed = run(compose_run_config(*common))  # the infra_error tasks run again, on the restarted replica
+    resumed = run(compose_run_config(*common, resumed_with))  # the failed tasks run again, on the restarted replica
     final = {t.id: t for t in iter_trajectory(resumed.output_dir)}
     assert len(final) == 40 and all(t.status == "ok" for t in final.values())
     assert not [name for name in serve.status().applications if name.startswith("rollout-dense-")], \

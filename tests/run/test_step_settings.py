@@ -39,12 +39,12 @@ def test_gateway_command_line_carries_the_step_settings(tmp_path):
         "mode=hybrid", "dataset=files", f"dataset.corpus.path={docs}", f"dataset.questions.path={tmp_path / 'q.jsonl'}",
         "tokenizer=/models/llm", "gateway.offline_steps=false", PIPELINE, "llm.model=m1",
     )
-    args = gateway_args(cfg, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")
+    args = gateway_args(cfg.gateway_launch, tmp_path / "corpus.jsonl", tmp_path / "retriever.json")
     joined = " ".join(args)
     assert "--tokenizer /models/llm" in joined and "--no-offline-steps" in args and f"--sources-root {docs}" in joined
     block = json.loads(args[args.index("--llm-config") + 1])  # inline: a replica on another node reads no file
     assert block["model"] == "m1" and block["api_key_env"] == "OPENAI_API_KEY"
-    plain = gateway_args(compose_run_config("mode=hybrid"), tmp_path / "c.jsonl", tmp_path / "r.json")
+    plain = gateway_args(compose_run_config("mode=hybrid").gateway_launch, tmp_path / "c.jsonl", tmp_path / "r.json")
     assert not {"--tokenizer", "--no-offline-steps", "--llm-config", "--sources-root"} & set(plain)
 
 

@@ -21,7 +21,7 @@ from rollout.paths import CONF_DIR, PROJECT_ROOT
 from rollout.run.config import compose_run_config
 from rollout.run.identity import RunIdentity
 from rollout.run.resume import finished_tasks
-from rollout.run.sweep_folders import swept_keys, sweeping
+from rollout.run.sweep_folders import sweeping, swept_keys
 
 ENDPOINT = ("agent=openai", "llm.base_url=http://127.0.0.1:8000/v1", "llm.model=Qwen/Qwen2.5-7B-Instruct")
 

@@ -17,8 +17,8 @@ from tests.gateway.test_process import call, demo_args
 
 def key_of(*overrides: str, retriever_file: str = "r.json", host: str = "127.0.0.1", token: str | None = None):
     cfg = compose_run_config(*overrides)
-    return GatewayKey.of(gateway_args(cfg, Path("corpus.jsonl"), Path(retriever_file)), cfg.retriever.to_dict(),
-                         host, token)
+    args = gateway_args(cfg.gateway_launch, Path("corpus.jsonl"), Path(retriever_file))
+    return GatewayKey.of(args, cfg.retriever.to_dict(), host, token)
 
 
 def test_jobs_differing_in_folder_agent_or_temporary_file_share_a_gateway_and_other_gateway_settings_do_not():

@@ -84,7 +84,7 @@ def experiment_gateway(experiment: TrainingExperiment, url: str | None, output_d
 
     cfg = replace(experiment.config, output_dir=output_dir)
     corpus, _ = data_sources(cfg.dataset, cfg.cache_dir)
-    with gateway_for_run(cfg, materialize_corpus(corpus, cfg.cache_dir)) as gateway:
+    with gateway_for_run(cfg.gateway_launch, materialize_corpus(corpus, cfg.cache_dir)) as gateway:
         yield gateway.wait_ready()
 
 
