@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,36 +29,37 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
-    """How the run reaches its MCP gateway."""
+    """How the run reaches its MCP gateway: conf/config.yaml's `gateway:` block, whose comments document each key
+    and whose values are the defaults (written there only)."""
 
-    url: str | None = None
-    host: str | None = None
+    url: str | None
+    host: str | None
     """Address a launched gateway binds; None is 127.0.0.1, or this node's IP when the run joins a Ray cluster
     (workers on other nodes must reach it)."""
-    ready_timeout_s: float = 900.0
-    call_timeout_s: float = 60.0
-    default_top_k: int = 5
-    max_top_k: int = 50
-    default_max_docs: int = 10
+    ready_timeout_s: float
+    call_timeout_s: float
+    default_top_k: int
+    max_top_k: int
+    default_max_docs: int
     """Documents the document tools return when a call leaves max_files / max_docs out. Part of the run's identity."""
-    auth_token: str | None = None
+    auth_token: str | None
     """Bearer token the gateway requires and the workers send; None uses `$ROLLOUT_GATEWAY_TOKEN` (or none)."""
-    transport: str = "streamable-http"
+    transport: str
     """MCP transport of a launched gateway: `streamable-http` or `sse`."""
-    tool_timeout_s: float | None = None
+    tool_timeout_s: float | None
     """Gateway-side limit per tool call; a call over it is an error result with outcome `timeout`. None uses
     `call_timeout_s`: a call its client stopped waiting for gives its tool group's thread back."""
-    threads_per_group: int = 32
+    threads_per_group: int
     """Worker threads each tool group's calls may use at once on a launched gateway."""
-    reconnect_timeout_s: float = 120.0
+    reconnect_timeout_s: float
     """How long a worker's calls wait for a lost gateway session to come back before failing (`transport_error`)."""
-    replicas: int = 1
+    replicas: int
     """1 launches the gateway as a child process; N > 1 deploys N replicas on Ray Serve behind one URL."""
-    replica_cpus: float = 1.0
+    replica_cpus: float
     """CPUs Ray reserves for each Serve replica."""
-    autoscaling: dict[str, Any] | None = None
+    autoscaling: dict[str, Any] | None
     """Ray Serve `autoscaling_config` for the replicas (min_replicas, max_replicas, target_ongoing_requests, ...)."""
-    offline_steps: bool = True
+    offline_steps: bool
     """Without an LLM endpoint, the step tools filter with the encoder and answer with the extractive reader;
     False makes filter_documents and generate_answer answer with an error instead. Part of the run's identity."""
 
@@ -113,7 +114,8 @@ class GatewayLaunch:
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    """Everything one experiment needs; `run(cfg)` takes only this."""
+    """Everything one experiment needs; `run(cfg)` takes only this. Made by `from_hydra` (or `compose_run_config`):
+    the defaults are conf/config.yaml's, written there only, beside the comments that document each key."""
 
     mode_name: str
     gateway_config_path: Path
@@ -124,39 +126,39 @@ class RunConfig:
     gateway: GatewayConfig
     agent: dict[str, Any]
     """Hydra `_target_` spec of the policy, instantiated inside each worker."""
-    system_prompt: str | None = None
-    workers: int = 2
-    concurrency_per_worker: int = 4
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    ray_address: str | None = None
-    ray_num_cpus: int | None = None
-    experiment: str = "demo"
-    task_timeout_s: float | None = 900.0
+    system_prompt: str | None
+    workers: int
+    concurrency_per_worker: int
+    cache_dir: Path
+    ray_address: str | None
+    ray_num_cpus: int | None
+    experiment: str
+    task_timeout_s: float | None
     """Wall-clock limit per task; None for none."""
-    resume: bool = True
+    resume: bool
     """Skip tasks already finished in `output_dir`; False starts the folder over."""
-    watch: bool = False
+    watch: bool
     """Print every task's events live."""
-    progress: bool = True
+    progress: bool
     """Show a progress bar (unless `verbose` is -1)."""
-    verbose: int = 0
+    verbose: int
     """Log detail (-v/-q): -1 warnings only, 0 rollout INFO, 1 rollout DEBUG, 2 and 3 libraries too (`rollout.logs`)."""
-    repeats: int = 1
+    repeats: int
     """Attempts at each question (sampling runs differ); part of the run's identity."""
-    seed: int = 0
+    seed: int
     """Base seed of the run's sampling; repeat r gets seed + r. Part of the run's identity."""
-    score_failed: bool = False
+    score_failed: bool
     """Score failed tasks (error, timeout, infra_error) as wrong answers instead of leaving them out."""
-    tokenizer: str | None = None
+    tokenizer: str | None
     """Tokenizer of the gateway's token budgets and context counts (None: the bundled encoder's). Part of the
     run's identity."""
-    llm: dict[str, Any] | None = None
+    llm: dict[str, Any] | None
     """The `llm:` block; the gateway's filter and answer tools use it when `llm.model` is set."""
-    judge: dict[str, Any] | None = None
+    judge: dict[str, Any] | None
     """The `judge:` block; with `judge.model` set, the run's answers are judged at its end (`judge_settings`)."""
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...]
     """The command-line overrides that change the run's identity (they name the default output folder)."""
-    scorers: tuple[str, ...] = ()
+    scorers: tuple[str, ...]
     """`scoring.scorers`: the user's own scorers (`package.module:function`, `rollout.report.user_scorers`). Not
     part of the run's identity: scoring again is not running again."""
 
@@ -178,7 +180,7 @@ class RunConfig:
                 output_dir=Path(c["output_dir"]),
                 dataset=DatasetConfig.from_dict(ds),
                 retriever=RetrievalParams.from_dict(rt),
-                gateway=GatewayConfig(**c["gateway"]),
+                gateway=_gateway_config(c["gateway"]),
                 agent=dict(c["agent"]),
                 system_prompt=c["system_prompt"],
                 workers=int(c["workers"]),
@@ -277,6 +279,14 @@ class RunConfig:
             d["gateway"]["auth_token"] = "***"  # config.yaml lands in the result folder; the secret does not
         d["scoring"] = {"scorers": list(d.pop("scorers"))}  # as conf/config.yaml names it
         return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()}
+
+
+def _gateway_config(block: dict[str, Any]) -> GatewayConfig:
+    """The `gateway:` block; a key it lacks is a `KeyError` naming it (`from_hydra` makes it one line)."""
+    for f in fields(GatewayConfig):
+        if f.name not in block:
+            raise KeyError(f"gateway.{f.name}")
+    return GatewayConfig(**block)
 
 
 def _scorers(scoring: Any) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """Bearer token: required on every route when set; the env, GatewayProcess and the run config carry it."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,7 @@ from envs import HttpMCPRagEnv
 from rollout.errors import GatewayError
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.report import load_calls
-from rollout.run.config import GatewayConfig, RunConfig
+from rollout.run.config import compose_run_config
 from rollout.run.gateway_process import GatewayProcess
 from rollout.wire import TOKEN_ENV, resolve_token
 from tests.gateway.loopback import PASSAGES, SPARSE_MODULE, gateway_file, gateway_served, sparse_kb
@@ -149,14 +150,8 @@ def test_resolve_token_prefers_the_explicit_value_and_treats_empty_as_none(monke
 
 
 def test_run_config_never_writes_the_token(tmp_path):
-    from rollout.data.dataset import DatasetConfig
-    from rollout.retrieval.params import RetrievalParams
-
-    cfg = RunConfig(
-        mode_name="m", gateway_config_path=SPARSE_FILE, output_dir=tmp_path,
-        dataset=DatasetConfig.from_dict({"name": "demo", "kind": "demo"}), retriever=RetrievalParams.from_dict({}),
-        gateway=GatewayConfig(auth_token=TOKEN), agent={},
-    )
+    cfg = compose_run_config(f"output_dir={tmp_path}")
+    cfg = replace(cfg, gateway=replace(cfg.gateway, auth_token=TOKEN))
     assert cfg.to_dict()["gateway"]["auth_token"] == "***"
     assert cfg.gateway.auth_token == TOKEN
 

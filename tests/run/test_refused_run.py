@@ -61,7 +61,7 @@ def test_refused_commands_leave_no_results_folder_with_a_lock_and_a_log(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["qa.jsonl"]
 
 
-@pytest.mark.parametrize("removed", ["~resume", "~llm"])
+@pytest.mark.parametrize("removed", ["~resume", "~llm", "~gateway.replicas"])
 def test_a_config_without_a_key_it_reads_is_one_line_naming_the_key(removed):
     with pytest.raises(ConfigError) as e:
         compose_run_config(removed)
