@@ -15,11 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 IDENTITY_ROOTS = (
-    "mode_name", "gateway_config_path", "system_prompt", "agent", "llm", "retriever", "dataset",
+    "mode_name", "gateway_config_path", "prompt", "system_prompt", "agent", "llm", "retriever", "dataset",
     "gateway.default_top_k", "gateway.max_top_k", "gateway.default_max_docs", "gateway.offline_steps", "repeats",
     "seed", "score_failed", "tokenizer",
 )
-"""Config keys (and everything under them) that can change a result."""
+"""Config keys (and everything under them) that can change a result; `prompt` is the choice of conf/prompt/ (what
+it changes, the `system_prompt`, is in the identity: the choice only names the folder)."""
 
 NOT_IDENTITY = (
     "dataset.name", "dataset.limit", "dataset.questions.skip_bad_lines", "retriever.kind",

@@ -26,8 +26,19 @@ def test_each_modes_prompt_asks_for_the_words_that_answer_not_for_a_kind_of_answ
 
 
 def test_the_generic_prompt_asks_the_same():
-    prompt = " ".join(OmegaConf.load(CONF_DIR / "config.yaml").system_prompt.split())
+    prompt = " ".join(OmegaConf.load(CONF_DIR / "prompt" / "generic.yaml").system_prompt.split())
     assert ASKS in prompt and "place, number or year" not in prompt
+
+
+def test_a_prompt_chosen_apart_from_the_mode_goes_before_the_modes_tools_and_names_the_folder():
+    hybrid, sparse_prompt = compose_run_config("mode=hybrid"), compose_run_config("mode=sparse").system_prompt
+    chosen = compose_run_config("mode=hybrid", "prompt=sparse")
+    assert chosen.system_prompt == sparse_prompt != hybrid.system_prompt
+    assert chosen.gateway_config_path == hybrid.gateway_config_path and chosen.mode_name == "hybrid"
+    assert chosen.output_dir.name == "hybrid,prompt=sparse" and hybrid.output_dir.name == "hybrid"
+    # Every shipped prompt file is some mode's, or the generic one a mode of one's own gets.
+    prompts = {p.stem for p in (CONF_DIR / "prompt").glob("*.yaml")}
+    assert prompts == {p.stem for p in (CONF_DIR / "mode").glob("*.yaml")} - {"bcp_dense"} | {"generic"}
 
 
 def test_resuming_a_folder_of_the_earlier_prompt_names_the_words_that_changed(tmp_path):
