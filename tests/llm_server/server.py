@@ -70,31 +70,41 @@ def llama_server(model: Path, n_ctx: int, log_path: Path, chat_format: str = CHA
         yield base_url
 
 
+PORT_TRIES = 3
+"""Ports tried: the free port found is released for the server to bind, and another process may take it first."""
+
+
 @contextlib.contextmanager
 def served(command: Callable[[int], list[str]], log_path: Path) -> Iterator[str]:
     """Run `command(port)`, a server on 127.0.0.1:port, while inside; yield its API root once `/v1/models` answers.
-    Its output goes to `log_path`; it is stopped on leaving."""
-    with bind_socket("127.0.0.1", 0) as sock:  # a free port, released for the server to bind
-        port = sock.getsockname()[1]
-    base_url = f"http://127.0.0.1:{port}/v1"
-    argv = command(port)
-    with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120  # a limit on waiting, not a claim about speed
-        while not _answers(f"{base_url}/models"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{Path(argv[0]).name} {' '.join(argv[1:3])} did not start (exit {proc.poll()}): "
-                                   f"{log_path.read_text(encoding='utf-8')[-2000:]}")
-            time.sleep(0.2)
-        yield base_url
-    finally:
-        proc.terminate()
+    Its output goes to `log_path`; it is stopped on leaving. A port taken before the server bound it is replaced."""
+    for attempt in range(1, PORT_TRIES + 1):
+        with bind_socket("127.0.0.1", 0) as sock:  # a free port, released for the server to bind
+            port = sock.getsockname()[1]
+        base_url = f"http://127.0.0.1:{port}/v1"
+        argv = command(port)
+        with log_path.open("w", encoding="utf-8") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            deadline = time.monotonic() + 120  # a limit on waiting, not a claim about speed
+            while not _answers(f"{base_url}/models"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    said = log_path.read_text(encoding="utf-8")
+                    if proc.poll() is not None and "address already in use" in said.lower() and attempt < PORT_TRIES:
+                        break
+                    raise RuntimeError(f"{Path(argv[0]).name} {' '.join(argv[1:3])} did not start "
+                                       f"(exit {proc.poll()}): {said[-2000:]}")
+                time.sleep(0.2)
+            else:
+                yield base_url
+                return
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _answers(url: str) -> bool:
