@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -26,22 +26,32 @@ from rollout.retrieval.base import PAD_INDEX
 from rollout.retrieval.recall import recall
 from rollout.wire import MAX_DOCS_PER_CALL
 
+# The fields several tools' results share, each described once: the descriptions are part of the output schemas
+# a model is shown.
+Rank = Annotated[int, Field(description="1-based rank")]
+SearchedQuery = Annotated[str, Field(description="The query as searched")]
+SourceDocId = Annotated[str, Field(description="Source document id")]
+PassageId = Annotated[str, Field(description="Passage id in the corpus")]
+PassageTitle = Annotated[str, Field(description="Passage title")]
+RetrieverScore = Annotated[float, Field(description="Retriever score (higher is better; scales differ between "
+                                                    "retrievers)")]
+
 
 class PassageHit(BaseModel):
     """One ranked passage in a tool result."""
 
-    id: str = Field(description="Passage id in the corpus")
+    id: PassageId
     doc_id: str = Field(description="Source document id (the passage id unless documents were chunked)")
-    title: str = Field(description="Passage title")
+    title: PassageTitle
     text: str = Field(description="Passage text")
-    score: float = Field(description="Retriever score (higher is better; scales differ between retrievers)")
-    rank: int = Field(description="1-based rank")
+    score: RetrieverScore
+    rank: Rank
 
 
 class SearchResult(BaseModel):
     """Structured content of a retrieval tool call."""
 
-    query: str = Field(description="The query as searched")
+    query: SearchedQuery
     retriever: str = Field(description="Which index answered: dense, sparse or hybrid")
     results: list[PassageHit] = Field(description="Passages, best first")
 
@@ -50,18 +60,18 @@ class DocumentHit(BaseModel):
     """One ranked source document in a document search; no content."""
 
     id: str = Field(description="Document id (the same as doc_id; pass it to recall_documents)")
-    doc_id: str = Field(description="Source document id")
+    doc_id: SourceDocId
     title: str = Field(description="Title of the document's best-matching passage")
     score: float = Field(description="Score of the document's best-matching passage (higher is better; scales "
                                      "differ between retrievers)")
-    rank: int = Field(description="1-based rank")
+    rank: Rank
     num_passages: int = Field(description="Passages the document has in the corpus")
 
 
 class DocumentSearchResult(BaseModel):
     """Structured content of a document search."""
 
-    query: str = Field(description="The query as searched")
+    query: SearchedQuery
     retriever: str = Field(description="Which index ranked them: sparse, dense or hybrid")
     results: list[DocumentHit] = Field(description="Documents, best first (by keyword search: only those sharing a "
                                                    "word with the query)")
@@ -70,13 +80,13 @@ class DocumentSearchResult(BaseModel):
 class RecalledPassage(BaseModel):
     """One passage (or chunk of a long passage) recalled for a query."""
 
-    id: str = Field(description="Passage id in the corpus")
-    doc_id: str = Field(description="Source document id")
+    id: PassageId
+    doc_id: SourceDocId
     chunk: int = Field(description="0-based chunk of the passage (passages longer than the chunk size are split)")
-    title: str = Field(description="Passage title")
+    title: PassageTitle
     text: str = Field(description="The chunk's text")
     score: float = Field(description="BM25 score against the query, over the recalled chunks only (0 without one)")
-    rank: int = Field(description="1-based rank")
+    rank: Rank
     tokens: int = Field(description="Tokens of text, by the gateway's tokenizer")
     truncated: bool = Field(description="True when the text was cut to fit the token budget")
 

@@ -27,7 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from pydantic import BaseModel, Field
 
-from rollout.gateway.knowledge import KnowledgeBase
+from rollout.gateway.knowledge import KnowledgeBase, Rank, RetrieverScore, SearchedQuery
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.tool_params import KBDefault
 from rollout.gateway.tools.documents import kb_of, text_result
@@ -52,15 +52,15 @@ class DocumentSnippet(BaseModel):
     """One document a search returned."""
 
     doc_id: str = Field(description="The document's docid")
-    score: float = Field(description="Retriever score (higher is better; scales differ between retrievers)")
-    rank: int = Field(description="1-based rank")
+    score: RetrieverScore
+    rank: Rank
     snippet: str = Field(description="The document's beginning, cut at the snippet's token limit")
 
 
 class SnippetSearchResult(BaseModel):
     """Structured content of a search."""
 
-    query: str = Field(description="The query as searched")
+    query: SearchedQuery
     retriever: str = Field(description="Which index ranked the documents: sparse (BM25) or dense")
     results: list[DocumentSnippet] = Field(description="Documents, best first")
 

@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from pydantic import BaseModel, Field
 
-from rollout.gateway.knowledge import KnowledgeBase, RecallResult
+from rollout.gateway.knowledge import KnowledgeBase, Rank, RecallResult, SearchedQuery, SourceDocId
 from rollout.gateway.registry import ToolFn, ToolRegistry
 from rollout.gateway.steps import (
     ANSWER_CONTEXT_TOKENS,
@@ -69,14 +69,14 @@ class Candidate(BaseModel):
     doc_id: str = Field(description="Source document id; pass it to the next step")
     title: str = Field(description="Title of the document's best-matching passage")
     score: float = Field(description="Retriever score of that passage (higher is better; scales differ)")
-    rank: int = Field(description="1-based rank")
+    rank: Rank
     tokens: int = Field(description="Size of the whole document in tokens (the gateway tokenizer's)")
 
 
 class CandidateList(BaseModel):
     """Structured content of retrieve_documents and search_sources."""
 
-    query: str = Field(description="The query as searched")
+    query: SearchedQuery
     retriever: str = Field(description="Which index ranked them: dense, sparse, hybrid, or sources (BM25 in a folder)")
     path: str | None = Field(default=None, description="The corpus folder searched (search_sources)")
     results: list[Candidate] = Field(description="Documents, best first")
@@ -85,7 +85,7 @@ class CandidateList(BaseModel):
 class Relevance(BaseModel):
     """One document's relevance to the query."""
 
-    doc_id: str = Field(description="Source document id")
+    doc_id: SourceDocId
     title: str = Field(description="Document title")
     relevance: int = Field(description="0 (useless) to 10 (answers the question)")
     is_relevant: bool = Field(description="relevance >= the threshold")
