@@ -10,6 +10,7 @@ Ray workers and the env side read it without pulling in the server.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any, Literal, get_args
@@ -214,6 +215,14 @@ def auth_headers(token: str | None) -> dict[str, str]:
 MAX_DOCS_PER_CALL = 50
 """Most documents one call of a document tool returns or reads: search_documents' max_files, retrieve_documents'
 and search_sources' max_docs, and doc_ids. `gateway.default_max_docs` must lie within it."""
+
+
+def warn_if_unguarded(logger: logging.Logger, what: str, host: str, token: str | None, reach: str) -> None:
+    """Warn through `logger` when `what` binds `host`, an address other machines may reach, and `token` (a resolved
+    one) is None: anyone who can reach it can `reach`."""
+    if token is None and not is_loopback(host):
+        logger.warning("%s binds %s without a token: anyone who can reach that address can %s. Export %s=<secret> "
+                       "before starting it to require one.", what, host, reach, TOKEN_ENV)
 
 
 def is_loopback(host: str) -> bool:

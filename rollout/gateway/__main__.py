@@ -35,7 +35,7 @@ from rollout.gateway.stats import RunLedgers
 from rollout.gateway_file import load_gateway_file
 from rollout.listen import bind_socket
 from rollout.logs import configure_logging, verbosity
-from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
+from rollout.wire import resolve_token, warn_if_unguarded
 
 logger = logging.getLogger("rollout.gateway")
 
@@ -60,9 +60,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rollout.gatewa
     except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if token is None and not is_loopback(args.host):
-        logger.warning("Serving on %s without a token: anyone who can reach the port can call the tools. "
-                       "Set %s to require one.", args.host, TOKEN_ENV)
+    warn_if_unguarded(logger, "The gateway", args.host, token, "call its tools")
     collector = open_collector(args)
     ledgers = RunLedgers(collector)
     for run_id, folder in args.run_ledger:

@@ -23,7 +23,7 @@ from rollout.run.gateway_process import GatewayProcess
 from rollout.run.ray_session import ray_session
 from rollout.run.scheduler import Gateway
 from rollout.run.sweep_gateway import gateway_process, kept_for_the_sweep, stop_the_sweeps_gateway
-from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
+from rollout.wire import resolve_token, warn_if_unguarded
 
 if TYPE_CHECKING:
     from rollout.run.gateway_serve import ServeGateway
@@ -181,9 +181,7 @@ def gateway_for_run(launch: GatewayLaunch, corpus_path: Path) -> Iterator[RunGat
         return
     token = launch.gateway.auth_token
     host = gateway_host(launch.gateway, launch.ray.address)
-    if not is_loopback(host) and not resolve_token(token):
-        logger.warning("The gateway binds %s without a token: anyone who can reach that address can call its "
-                       "tools. Export %s=<secret> before the run to require one.", host, TOKEN_ENV)
+    warn_if_unguarded(logger, "The run's gateway", host, resolve_token(token), "call its tools")
     if launch.gateway.replicas > 1:
         # Imported here: it loads the gateway's own modules, which a one-process run never needs.
         from rollout.run.gateway_serve import ServeGateway

@@ -10,7 +10,7 @@ import ray.util
 from rollout.run.config import RunConfig, compose_run_config
 from rollout.run.gateway_kinds import gateway_host
 from rollout.run.ray_session import worker_env_vars
-from rollout.wire import is_loopback
+from rollout.wire import is_loopback, warn_if_unguarded
 
 
 def host_of(cfg: RunConfig) -> str:
@@ -50,6 +50,20 @@ def test_the_llm_key_reaches_workers_by_name_and_nothing_else(monkeypatch):
 def test_is_loopback():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("10.1.2.3") and not is_loopback("0.0.0.0") and not is_loopback("example.org")
+
+
+def test_a_server_off_loopback_without_a_token_is_warned_of_once_by_whoever_starts_it(caplog):
+    # The gateway command, the OpenEnv server and a run's gateway say the same, each through its own logger.
+    said = logging.getLogger("some.server")
+    with caplog.at_level(logging.WARNING, logger="some.server"):
+        warn_if_unguarded(said, "The environment", "127.0.0.1", None, "play episodes")
+        warn_if_unguarded(said, "The environment", "0.0.0.0", "secret", "play episodes")
+        assert caplog.records == []
+        warn_if_unguarded(said, "The environment", "0.0.0.0", None, "play episodes")
+    [record] = caplog.records
+    assert record.name == "some.server" and record.getMessage() == (
+        "The environment binds 0.0.0.0 without a token: anyone who can reach that address can play episodes. "
+        "Export ROLLOUT_GATEWAY_TOKEN=<secret> before starting it to require one.")
 
 
 def test_a_gateway_on_the_network_without_a_token_is_warned_about(monkeypatch, caplog, tmp_path):

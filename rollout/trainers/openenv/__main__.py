@@ -30,7 +30,7 @@ from rollout.listen import bind_socket
 from rollout.logs import add_verbosity_options, configure_logging, verbosity
 from rollout.trainers.experiment import TrainingExperiment
 from rollout.trainers.reward import DEFAULT_METRIC, METRICS
-from rollout.wire import TOKEN_ENV, is_loopback, resolve_token
+from rollout.wire import resolve_token, warn_if_unguarded
 
 logger = logging.getLogger("rollout.trainers.openenv")
 
@@ -123,9 +123,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rollout.tr
     except (RolloutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if token is None and not is_loopback(args.host):
-        logger.warning("Serving on %s without a token: anyone who can reach the port can play episodes and call the "
-                       "tools. Set %s to require one.", args.host, TOKEN_ENV)
+    warn_if_unguarded(logger, "The environment", args.host, token, "play episodes and call its tools")
     # uvicorn re-raises the signal that stopped it; exiting through Python stops the gateway started here.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
