@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,12 +138,13 @@ def load_or_build_indexes(
     if "dense" in kinds:
         enc = _make_encoder(params.dense, cache_dir) if encoder is None else encoder
         if params.dense.passage_tokens is None:
-            retrievers["dense"] = _dense(passages, cache_dir, corpus_hash, params.dense, enc, corpus_path, on_ray)
+            retrievers["dense"] = _dense(_DenseSource(passages, cache_dir, corpus_hash, enc, corpus_path, on_ray),
+                                         params.dense)
         else:  # passages of the rows, encoded; the rows ranked by their best (not built on Ray: a view has no store)
             view = passage_view(passages, corpus_hash, cache_dir, params.dense.passage_tokens,
                                 params.dense.passage_overlap)
             retrievers["dense"] = BestPassageRetriever(
-                _dense(view, cache_dir, view.fingerprint, params.dense, enc, corpus_path), view)
+                _dense(_DenseSource(view, cache_dir, view.fingerprint, enc, corpus_path, None), params.dense), view)
     if "sparse" in kinds and params.sparse.index_path is not None:
         started = time.perf_counter()
         retrievers["sparse"] = LuceneRetriever.open(
@@ -180,22 +181,27 @@ def _make_encoder(params: DenseParams, cache_dir: Path) -> TextEncoder:
     return load_encoder(params, cache_dir=cache_dir)
 
 
-def _dense(
-    passages: Sequence[Passage],
-    cache_dir: Path,
-    corpus_hash: str,
-    params: DenseParams,
-    encoder: TextEncoder,
-    corpus_path: str | Path | None,
-    on_ray: RayBuild | None = None,
-) -> DenseRetriever | ShardedDenseRetriever:
+@dataclass(frozen=True, slots=True)
+class _DenseSource:
+    """What a dense index is made from, whatever its parameters: the rows, where it is cached and under which
+    fingerprint, the encoder, the corpus file errors name, and the Ray cluster that builds it (None: here)."""
+
+    passages: Sequence[Passage]
+    cache_dir: Path
+    corpus_hash: str
+    encoder: TextEncoder
+    corpus_path: str | Path | None
+    on_ray: RayBuild | None
+
+
+def _dense(src: _DenseSource, params: DenseParams) -> DenseRetriever | ShardedDenseRetriever:
     if params.shards > 1 or params.serve:
-        sharded = _dense_shards_entry(passages, cache_dir, corpus_hash, params, encoder, corpus_path, on_ray)
-        return _served(sharded, params, encoder) if params.serve else sharded
+        sharded = _dense_shards_entry(src, params)
+        return _served(sharded, params, src.encoder) if params.serve else sharded
     if params.index_path is not None:
         started = time.perf_counter()
         retriever = DenseRetriever.from_existing_index(
-            params.index_path, passages, encoder=encoder, params=params, corpus_path=corpus_path
+            params.index_path, src.passages, encoder=src.encoder, params=params, corpus_path=src.corpus_path
         )
         logger.info(
             "loaded dense index (%d passages) from existing file %s in %.2f s",
@@ -203,17 +209,17 @@ def _dense(
         )
         return retriever
     if params.tevatron_shards is not None:
-        return _dense_from_shards(passages, cache_dir, corpus_hash, params, encoder)
-    key_params = dense_cache_params(params, encoder)
+        return _dense_from_shards(src.passages, src.cache_dir, src.corpus_hash, params, src.encoder)
+    key_params = dense_cache_params(params, src.encoder)
     return _load_or_build(
-        cache_dir / f"dense-{params.index}-{cache_key('dense', corpus_hash, key_params)[:16]}",
+        src.cache_dir / f"dense-{params.index}-{cache_key('dense', src.corpus_hash, key_params)[:16]}",
         "dense",
         key_params,
-        len(passages),
-        build=None if on_ray else lambda: DenseRetriever.build(passages, encoder=encoder, params=params),
-        build_into=None if on_ray is None else (
-            lambda path: build_dense_on_ray(passages, encoder, params, cache_dir, path, on_ray)),
-        load=lambda path: DenseRetriever.load(path, encoder=encoder, params=params),
+        len(src.passages),
+        build=None if src.on_ray else lambda: DenseRetriever.build(src.passages, encoder=src.encoder, params=params),
+        build_into=None if src.on_ray is None else (
+            lambda path: build_dense_on_ray(src.passages, src.encoder, params, src.cache_dir, path, src.on_ray)),
+        load=lambda path: DenseRetriever.load(path, encoder=src.encoder, params=params),
     )
 
 
@@ -226,20 +232,12 @@ def _served(sharded: ShardedDenseRetriever, params: DenseParams, encoder: TextEn
     return served_shards(sharded.folder, encoder=encoder, params=params)
 
 
-def _dense_shards_entry(
-    passages: Sequence[Passage],
-    cache_dir: Path,
-    corpus_hash: str,
-    params: DenseParams,
-    encoder: TextEncoder,
-    corpus_path: str | Path | None,
-    on_ray: RayBuild | None,
-) -> ShardedDenseRetriever:
+def _dense_shards_entry(src: _DenseSource, params: DenseParams) -> ShardedDenseRetriever:
     """The index in `params.shards` row ranges (`rollout.retrieval.dense_shards`), cached: built from the corpus
-    (on Ray with `on_ray`), or split once from the index that `index_path` or `tevatron_shards` names."""
-    check_shard_count(params.shards, len(passages))
+    (on Ray with `src.on_ray`), or split once from the index that `index_path` or `tevatron_shards` names."""
+    check_shard_count(params.shards, len(src.passages))
     whole = replace(params, shards=1, serve=False)
-    load = lambda path: load_shards(path, encoder=encoder, params=params)  # noqa: E731
+    load = lambda path: load_shards(path, encoder=src.encoder, params=params)  # noqa: E731
     if params.index_path is not None or params.tevatron_shards is not None:
         if params.index_path is not None:
             source = Path(params.index_path)
@@ -254,27 +252,28 @@ def _dense_shards_entry(
         key_params = {**key_params, "shards": params.shards}
 
         def split(path: Path) -> ShardedDenseRetriever:
-            retriever = _dense(passages, cache_dir, corpus_hash, whole, encoder, corpus_path)
+            retriever = _dense(replace(src, on_ray=None), whole)
             assert isinstance(retriever, DenseRetriever)
-            return split_index_into(path, retriever.faiss_index, str(source), encoder=encoder, params=params)
+            return split_index_into(path, retriever.faiss_index, str(source), encoder=src.encoder, params=params)
 
         return _load_or_build(
-            cache_dir / f"dense-split{params.shards}-{cache_key('dense', corpus_hash, key_params)[:16]}",
-            "dense", key_params, len(passages), build_into=split, load=load,
+            src.cache_dir / f"dense-split{params.shards}-{cache_key('dense', src.corpus_hash, key_params)[:16]}",
+            "dense", key_params, len(src.passages), build_into=split, load=load,
             rows_are_passages=params.tevatron_shards is None,
         )
-    key_params = {**dense_cache_params(params, encoder), "shards": params.shards}
+    key_params = {**dense_cache_params(params, src.encoder), "shards": params.shards}
 
     def build_into(path: Path) -> ShardedDenseRetriever:
-        if on_ray is not None:
-            return build_shards_on_ray(passages, encoder, params, cache_dir, path, on_ray)
-        vectors = encode_corpus(passages, encoder)
-        return build_shards_into(path, lambda start, stop: vectors[start:stop], len(passages), encoder=encoder,
+        if src.on_ray is not None:
+            return build_shards_on_ray(src.passages, src.encoder, params, src.cache_dir, path, src.on_ray)
+        vectors = encode_corpus(src.passages, src.encoder)
+        return build_shards_into(path, lambda start, stop: vectors[start:stop], len(src.passages), encoder=src.encoder,
                                  params=params)
 
     return _load_or_build(
-        cache_dir / f"dense-{params.index}-s{params.shards}-{cache_key('dense', corpus_hash, key_params)[:16]}",
-        "dense", key_params, len(passages), build_into=build_into, load=load,
+        src.cache_dir / f"dense-{params.index}-s{params.shards}-"
+                        f"{cache_key('dense', src.corpus_hash, key_params)[:16]}",
+        "dense", key_params, len(src.passages), build_into=build_into, load=load,
     )
 
 
