@@ -229,6 +229,7 @@ class RunConfig:
         for block in ("llm", "judge"):  # a misspelled sampling key is refused, not sent and ignored
             check_sampling_keys((c.get(block) or {}).get("sampling"), f"{block}.sampling")
         run.judge_settings()  # a bad judge: block fails here, before the run
+        _check_prompt_used(run.system_prompt)
         return run
 
     def judge_settings(self) -> JudgeSettings | None:
@@ -314,6 +315,19 @@ def _job_overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def _check_prompt_used(system_prompt: str | None) -> None:
+    """A `ConfigError` when `prompt=NAME` was given but the run's system prompt is not NAME's: a mode file that writes
+    its own `system_prompt:` (merged after the prompt group), or a `system_prompt=` override, took its place."""
+    chosen = [o.partition("=")[2] for o in _job_overrides() if o.partition("=")[0].lstrip("+~") == "prompt"]
+    path = CONF_DIR / "prompt" / f"{chosen[-1]}.yaml" if chosen else None
+    if path is None or not path.is_file():  # no choice, or a prompt from a search path of the user's own
+        return
+    if OmegaConf.load(path).get("system_prompt") != system_prompt:
+        raise ConfigError(f"prompt={chosen[-1]} would not be used: the mode's file writes its own system_prompt "
+                          "(or system_prompt= is given), which replaces it. Drop prompt=, or have the mode pick its "
+                          "prompt with `defaults: [override /prompt: NAME, _self_]` instead of writing system_prompt")
 
 
 def _job_identity_overrides(agent: Any, gateway_config_path: Any = None, retriever: Any = None) -> list[str]:

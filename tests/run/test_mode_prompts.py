@@ -41,6 +41,19 @@ def test_a_prompt_chosen_apart_from_the_mode_goes_before_the_modes_tools_and_nam
     assert prompts == {p.stem for p in (CONF_DIR / "mode").glob("*.yaml")} - {"bcp_dense"} | {"generic"}
 
 
+def test_a_prompt_chosen_where_the_mode_writes_its_own_is_refused_not_ignored(tmp_path):
+    (tmp_path / "mode").mkdir()
+    (tmp_path / "mode" / "mine.yaml").write_text("# @package _global_\nmode_name: mine\n"
+                                                 "gateway_config_path: conf/gateways/rag_sparse_only.json\n"
+                                                 "system_prompt: my own words\n")
+    mine = ("mode=mine", f"hydra.searchpath=[file://{tmp_path}]")
+    assert compose_run_config(*mine).system_prompt == "my own words"
+    for overrides in ((*mine, "prompt=sparse"), ("mode=sparse", "prompt=generic", "system_prompt=other words")):
+        with pytest.raises(ConfigError, match=r"prompt=(sparse|generic) would not be used: .*override /prompt"):
+            compose_run_config(*overrides)
+    assert compose_run_config("mode=sparse", "prompt=generic").system_prompt.startswith("You answer")
+
+
 def test_resuming_a_folder_of_the_earlier_prompt_names_the_words_that_changed(tmp_path):
     prompt = compose_run_config("mode=sparse").system_prompt
     earlier = prompt.replace(ASKS, ASKED_BEFORE)
