@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 # --- request `_meta` keys (client → gateway) ---------------------------------------------------
@@ -143,28 +144,56 @@ def classify_result(result: Any) -> tuple[bool, Outcome, str | None, list[str]]:
 
 # --- what a result returned, and which tools are degraded ------------------------------------------
 
-def result_ids(structured: Any) -> tuple[list[str], list[str]]:
-    """(ids, document ids) of the items a successful result's structured content returned, in order, one of each
-    per item; both empty when it returned none. The gateway's ledger and the client's trajectory both read a
-    result's ids here, so the two records of a call always agree.
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One item of a tool result's list, as every reader takes it: the gateway's ledger, the client's trajectory and
+    the agents. Its names are those the gateway's result models publish (`PassageHit`, `DocumentHit`, `Candidate`,
+    `DocumentSnippet`, the chunks, the scored documents); an upstream tool's items are read by the same names. A
+    field is None where the item lacks it or holds a value of another kind: nothing is made up."""
 
-    The items are the list `results` (or `result`, how the `mcp` SDK wraps a tool's list output). Per item shape:
+    id: str | None
+    """The item's own id (a passage's, or a document's): a non-empty string, or an integer as text."""
+    doc_id: str | None
+    """Its source document's id, read as `id` is."""
+    title: str | None
+    text: str | None
+    """Its text, when it carries one as a string (passages and chunks do; documents and snippets do not)."""
+    rank: int | None
+
+    @classmethod
+    def of(cls, item: dict[str, Any]) -> Hit:
+        title, text, rank = item.get("title"), item.get("text"), item.get("rank")
+        return cls(id=_id_value(item.get("id")), doc_id=_id_value(item.get("doc_id")),
+                   title=None if title is None else str(title), text=text if isinstance(text, str) else None,
+                   rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None)
+
+
+def result_hits(structured: Any) -> list[Hit] | None:
+    """The items a result's structured content returned, in order; None when it holds no list of them.
+
+    The items are the list `results` (or `result`, how the `mcp` SDK wraps a tool's list output); an item that is
+    not an object is passed over. Answers, charts, tool-set listings and corpus facts (`generate_answer`,
+    `visualize_doc_relevance`, the tool-set tools, `get_corpus_info`) hold no list."""
+    items = structured.get("results", structured.get("result")) if isinstance(structured, dict) else None
+    return [Hit.of(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else None
+
+
+def result_ids(structured: Any) -> tuple[list[str], list[str]]:
+    """(ids, document ids) of the items a successful result's structured content returned (`result_hits`), in
+    order, one of each per item; both empty when it returned none. The gateway's ledger and the client's trajectory
+    both read a result's ids here, so the two records of a call always agree.
+
+    Per item shape:
     - a passage (`query_knowledge_base_*`, `recall_documents`, `chunk_documents`): `id` is the passage, `doc_id`
       its source document;
     - a document (`search_documents`, `retrieve_documents`, `search_sources`): `id` and `doc_id`, the same id;
     - a scored document (`filter_documents`: every document it scored, relevant or not): `doc_id` alone, which is
       then its id too; an item with `id` alone (an upstream tool's) likewise.
-    An item that carries neither (or is not an object) gives no id: ids are never made up. Answers, charts,
-    tool-set listings and corpus facts (`generate_answer`, `visualize_doc_relevance`, the tool-set tools,
-    `get_corpus_info`) return no items."""
-    items = structured.get("results", structured.get("result")) if isinstance(structured, dict) else None
+    An item that carries neither gives no id: ids are never made up."""
     ids: list[str] = []
     doc_ids: list[str] = []
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict):
-            continue
-        own, doc = _id_value(item.get("id")), _id_value(item.get("doc_id"))
-        own, doc = own or doc, doc or own
+    for hit in result_hits(structured) or ():
+        own, doc = hit.id or hit.doc_id, hit.doc_id or hit.id
         if own is not None and doc is not None:
             ids.append(own)
             doc_ids.append(doc)

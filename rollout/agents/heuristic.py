@@ -55,6 +55,7 @@ from rollout.question_reading import (
     plan_question,
 )
 from rollout.records import ToolResult
+from rollout.wire import result_hits
 
 logger = logging.getLogger(__name__)
 
@@ -108,15 +109,10 @@ def pick_toolsets(listing: dict[str, Any] | None) -> list[str]:
 
 def evidence_from(result: ToolResult) -> list[Evidence]:
     """Passages from a search result: its structured hits, else its text split into blocks."""
-    hits = (result.structured or {}).get("results")
-    if isinstance(hits, list):
-        evidence = []
-        for i, hit in enumerate(hits):
-            if isinstance(hit, dict) and isinstance(hit.get("text"), str):
-                rank = hit.get("rank", i)
-                evidence.append(Evidence(str(hit.get("title", "")), hit["text"],
-                                         rank if isinstance(rank, int) else i))
-        return evidence
+    hits = result_hits(result.structured)
+    if hits is not None:
+        return [Evidence(hit.title or "", hit.text, i if hit.rank is None else hit.rank)
+                for i, hit in enumerate(hits) if hit.text is not None]
     blocks = [b.strip() for b in result.text.split("\n\n") if b.strip()]
     return [Evidence("", block, i) for i, block in enumerate(blocks)]
 

@@ -41,6 +41,7 @@ from rollout.question_reading import (
     keywords,
 )
 from rollout.records import ToolResult
+from rollout.wire import Hit, result_hits
 
 RETRIEVE, FILTER, CHUNK, GENERATE = "retrieve_documents", "filter_documents", "chunk_documents", "generate_answer"
 _PARAMETERS = {RETRIEVE: ("query",), FILTER: ("query", "doc_ids"), CHUNK: ("doc_ids",),
@@ -93,6 +94,11 @@ def _structured(result: ToolResult | None) -> dict[str, Any]:
     return result.structured
 
 
+def _hits(result: ToolResult | None) -> list[Hit]:
+    """A successful call's items; none for a failed, skipped or unstructured one."""
+    return result_hits(_structured(result)) or []
+
+
 def _doc_ids(values: Any) -> list[str]:
     return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
 
@@ -115,8 +121,7 @@ class _Pipeline:
             result = await self.episode.call_named(self.tools.retrieve, {**arguments, "query": keywords(query)})
         if result is None:
             return None
-        hits = _structured(result).get("results")
-        return _doc_ids([h.get("doc_id") for h in hits if isinstance(h, dict)] if isinstance(hits, list) else [])
+        return [hit.doc_id for hit in _hits(result) if hit.doc_id is not None]
 
     async def filter(self, query: str, docs: list[str]) -> list[str]:
         """The documents the filter keeps, most relevant first; `docs` itself when it keeps none (see the
@@ -131,11 +136,8 @@ class _Pipeline:
         if not docs:
             return []
         result = await self.episode.call_named(self.tools.chunk, {"doc_ids": docs, "query": query})
-        chunks = _structured(result).get("results")
-        if not isinstance(chunks, list):
-            return []
-        return [Evidence(str(c.get("title", "")), c["text"], i)
-                for i, c in enumerate(c for c in chunks if isinstance(c, dict) and isinstance(c.get("text"), str))]
+        chunks = [c for c in _hits(result) if c.text is not None]
+        return [Evidence(c.title or "", c.text, i) for i, c in enumerate(chunks)]
 
     async def generate(self, query: str, docs: list[str]) -> str:
         """The gateway reader's answer; "" when it has none, fails, is not offered or gets no turn."""

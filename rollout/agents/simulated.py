@@ -19,6 +19,7 @@ from rollout.answer_tag import refuse_answer_tag
 from rollout.errors import ConfigError
 from rollout.events import EventLog, LLMOutputEvent
 from rollout.records import ToolResult
+from rollout.wire import result_hits
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +37,9 @@ def answer_from(result: ToolResult | None) -> str:
     """The first hit's title, else the start of the result's first line; "" without a usable result."""
     if result is None or not result.ok:
         return ""
-    hits = (result.structured or {}).get("results")
-    if isinstance(hits, list) and hits and isinstance(hits[0], dict) and hits[0].get("title"):
-        return str(hits[0]["title"])
+    hits = result_hits(result.structured)
+    if hits and hits[0].title:
+        return hits[0].title
     first = next((line.strip() for line in result.text.splitlines() if line.strip()), "")
     return first[:ANSWER_CHARS]
 

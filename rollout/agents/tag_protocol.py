@@ -18,6 +18,7 @@ from typing import Any, Literal
 from rollout.agents.base import query_functions
 from rollout.errors import ConfigError
 from rollout.records import ToolResult
+from rollout.wire import result_hits
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
@@ -185,12 +186,12 @@ class TagProtocol:
 
     def observation(self, result: ToolResult) -> str:
         """What is appended after a search: its passages (or the tool's error text) in the result template."""
-        hits = (result.structured or {}).get("results") if result.ok else None
-        if isinstance(hits, list) and all(isinstance(h, Mapping) for h in hits):
+        hits = result_hits(result.structured) if result.ok else None
+        if hits is not None:
             if not hits:
                 return self.information(results=self.no_results)
-            body = "".join(self.passage(i=str(i), title=str(h.get("title") or ""), text=str(h.get("text") or ""),
-                                        id=str(h.get("id") or "")) for i, h in enumerate(hits, 1))
+            body = "".join(self.passage(i=str(i), title=h.title or "", text=h.text or "", id=h.id or "")
+                           for i, h in enumerate(hits, 1))
         else:  # an error, or a tool whose result is not a passage list: its text as the model would read it
             body = result.text
         return self.information(results=body.strip() if self.strip_results else body)

@@ -3,11 +3,13 @@ in the client's record alike; never a made-up id such as "None"."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields
+from typing import Any, get_args
 
 import pytest
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
 
 from envs import HttpMCPEnv
 from rollout.gateway.knowledge import KnowledgeBase
@@ -15,7 +17,7 @@ from rollout.gateway.tools import builtin_registry
 from rollout.gateway_file import GatewayFile
 from rollout.jsonl import read_jsonl
 from rollout.retrieval import load_or_build_indexes
-from rollout.wire import result_ids
+from rollout.wire import Hit, result_hits, result_ids
 from tests.gateway.loopback import gateway_file, gateway_served, serving, upstream_on_loopback
 from tests.gateway.test_pipeline_tools import FOUNDER, PASSAGES
 
@@ -167,3 +169,32 @@ async def test_upstream_tools_record_ids_only_where_their_items_have_one(kb, tmp
 ])
 def test_result_ids_reads_ids_only_where_an_item_has_one(structured, expected):
     assert result_ids(structured) == expected
+
+
+def _item_models() -> dict[str, type[BaseModel]]:
+    """Every item model a shipped tool's result lists (`results: list[Item]`), by name."""
+    from rollout.gateway import knowledge
+    from rollout.gateway.tools import browsecomp, pipeline
+
+    results = [m for module in (knowledge, browsecomp, pipeline) for m in vars(module).values()
+               if isinstance(m, type) and issubclass(m, BaseModel) and "results" in m.model_fields]
+    return {item.__name__: item for m in results for item in get_args(m.model_fields["results"].annotation)}
+
+
+SAMPLE = {str: "d7", int: 3, float: 0.5, bool: True}
+
+
+def test_what_the_gateway_writes_is_what_every_reader_reads():
+    items = _item_models()
+    assert {"PassageHit", "DocumentHit", "RecalledPassage", "DocumentSnippet", "DocumentRef", "Candidate",
+            "Relevance"} <= set(items)
+    shared = {f.name for f in fields(Hit)}
+    for name, model in items.items():
+        values = {key: SAMPLE[info.annotation] for key, info in model.model_fields.items() if info.is_required()}
+        written = model(**values).model_dump(mode="json")
+        [hit] = result_hits({"results": [written]})
+        assert {"id", "doc_id"} & set(written), f"{name} names no id, so its calls would record none"
+        for key in shared & set(written):
+            assert getattr(hit, key) == (str(written[key]) if key != "rank" else written[key]), (name, key)
+    # The passages agents read evidence from carry every name a hit has.
+    assert shared <= set(items["PassageHit"].model_fields) and shared <= set(items["RecalledPassage"].model_fields)
