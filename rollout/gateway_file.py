@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from rollout.errors import ConfigError
 from rollout.paths import CONF_DIR, PROJECT_ROOT
+from rollout.wire import is_http_url
 
 GATEWAYS_DIR = CONF_DIR / "gateways"
 """The gateway files shipped with the project."""
@@ -89,7 +90,7 @@ class GatewayModule(BaseModel):
     @model_validator(mode="after")
     def _check_source(self) -> GatewayModule:
         if self.source == "mcp":
-            if not self.url or not self.url.startswith(("http://", "https://")) or not self.name:
+            if not is_http_url(self.url) or not self.name:
                 raise ValueError(
                     'a "source": "mcp" module needs "url" (http://...) and "name", e.g. {"resource_type": "rag", '
                     '"source": "mcp", "name": "wiki", "url": "http://127.0.0.1:9000/mcp"}'

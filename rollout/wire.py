@@ -142,6 +142,11 @@ def classify_result(result: Any) -> tuple[bool, Outcome, str | None, list[str]]:
     return False, outcome, text, []
 
 
+def is_http_url(value: object) -> bool:
+    """Whether `value` is an http(s) URL, as every setting that names an endpoint or a gateway takes it."""
+    return isinstance(value, str) and value.startswith(("http://", "https://"))
+
+
 # --- what a result returned, and which tools are degraded ------------------------------------------
 
 @dataclass(frozen=True, slots=True)

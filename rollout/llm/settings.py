@@ -17,6 +17,7 @@ from omegaconf import Container, DictConfig, OmegaConf
 
 from rollout.errors import ConfigError
 from rollout.llm.sampling_keys import check_sampling_keys
+from rollout.wire import is_http_url
 
 NO_KEY = "EMPTY"
 """Sent when the key's environment variable is unset: local servers (vLLM, SGLang, Ollama) need none."""
@@ -83,7 +84,7 @@ class LLMSettings:
             raise ConfigError(f"agent={agent} needs llm.model=NAME (the model the endpoint serves, "
                               "e.g. llm.model=Qwen/Qwen2.5-7B-Instruct)")
         base_url = c.get("base_url")
-        if not base_url or not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        if not is_http_url(base_url):
             raise ConfigError(f"llm.base_url={base_url!r} must be the endpoint's http(s) URL, "
                               "e.g. llm.base_url=http://127.0.0.1:8000/v1")
         prices = c.get("prices") or {}

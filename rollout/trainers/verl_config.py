@@ -26,7 +26,7 @@ import yaml
 from envs.http_mcp_rag_env import HttpMCPRagEnv
 from rollout.errors import ConfigError
 from rollout.gateway_file import load_gateway_file
-from rollout.wire import TOKEN_ENV
+from rollout.wire import TOKEN_ENV, is_http_url
 
 if TYPE_CHECKING:  # the gateway's side: a trainer's tool does not import it
     from rollout.gateway.knowledge import KnowledgeBase
@@ -65,7 +65,7 @@ class GatewayToolConfig:
         if unknown := sorted(set(given) - set(known)):
             raise ConfigError(f"verl tool config: unknown key {', '.join(unknown)}; a GatewayTool's config takes "
                               f"type, {', '.join(known)}")
-        if not isinstance(given.get("url"), str) or not given["url"].startswith(("http://", "https://")):
+        if not is_http_url(given.get("url")):
             raise ConfigError(f"verl tool config: url {given.get('url')!r} is not the gateway's MCP URL, e.g. "
                               "http://127.0.0.1:8080/mcp (rollout gateway ... --verl-tools FILE writes it)")
         experiment = given.get("experiment") or ()

@@ -72,7 +72,7 @@ from rollout.trainers.reward import (
 from rollout.trainers.text_episode import TextEpisode
 from rollout.trainers.tool_session import GatewayTarget, ToolSession
 from rollout.trainers.verl import WORKER_ID, policy_step
-from rollout.wire import TOKEN_ENV
+from rollout.wire import TOKEN_ENV, is_http_url
 
 __all__ = ["AGENT_NAME", "TextAgentLoop", "TextLoopSettings"]
 
@@ -111,7 +111,7 @@ class TextLoopSettings:
             raise ConfigError(f"agent loop {AGENT_NAME}: unknown key(s) {', '.join(unknown)}; its entry takes "
                               f"{', '.join(keys)}")
         url = given.get("gateway_url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        if not is_http_url(url):
             raise ConfigError(f"agent loop {AGENT_NAME}: gateway_url {url!r} is not the gateway's MCP URL, e.g. "
                               f"http://127.0.0.1:8080/mcp: set it in {SETTINGS_HELP}")
         experiment = given.get("experiment", "")

@@ -31,6 +31,7 @@ from rollout.llm.settings import named_as
 from rollout.records import TaskKey, TaskResult
 from rollout.report.browsecomp_leaderboard import final_response
 from rollout.report.judge.presets import JUDGE_CORRECT, JudgePreset, Verdict, get_preset
+from rollout.wire import is_http_url
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class JudgeSettings:
             raise ConfigError(f"the judge needs a model: set {names['model']} (the model its endpoint serves, "
                               f"e.g. gpt-4.1-2025-04-14)")
         base_url = c.get("base_url")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        if not is_http_url(base_url):
             raise ConfigError(f"the judge's base_url {base_url!r} must be its endpoint's http(s) URL: set "
                               f"{names['base_url']} (e.g. http://127.0.0.1:8000/v1)")
         try:
