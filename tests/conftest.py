@@ -10,6 +10,7 @@ folder and the demo runs are shared by all workers of a session.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
+from rollout.logs import LIBRARY_LOGGERS
 from rollout.retrieval import Encoder
 from rollout.run.ray_start import lean_start
 from tests.agents.chat_server import ChatServer, chat_server
@@ -125,6 +127,35 @@ def two_nodes() -> Iterator[Cluster]:
     cluster.wait_for_nodes()
     yield cluster
     cluster.shutdown()
+
+
+LOGGERS_A_COMMAND_SETS = ("rollout", "envs", *LIBRARY_LOGGERS, "ray.serve", "ray.data")
+"""The loggers whose level, handlers or propagation a command's logging set-up changes (`rollout.logs`)."""
+
+
+def _pytests(handler: logging.Handler) -> bool:
+    return type(handler).__module__.startswith("_pytest.")
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """A command's `main` run in a test's process sets up logging as its own process would: a handler on the root
+    logger writing to the stderr of that moment (pytest's capture, closed after the test), levels, Ray's loggers
+    sent through the root. Put back after each test, so that a later test's log lines neither go to a closed stream
+    (a "--- Logging error ---" on its stderr) nor pass through another test's levels. pytest's own handlers, made
+    for each phase of a test, are left to pytest."""
+    root = logging.getLogger()
+    handlers, level = [h for h in root.handlers if not _pytests(h)], root.level
+    loggers = {name: (lg.level, lg.propagate, lg.handlers[:])
+               for name in LOGGERS_A_COMMAND_SETS for lg in [logging.getLogger(name)]}
+    yield
+    root.handlers[:] = [*(h for h in root.handlers if _pytests(h)), *handlers]
+    root.setLevel(level)
+    for name, (was_level, was_propagating, had_handlers) in loggers.items():
+        lg = logging.getLogger(name)
+        lg.setLevel(was_level)
+        lg.propagate = was_propagating
+        lg.handlers[:] = had_handlers
 
 
 @pytest.fixture
