@@ -16,7 +16,6 @@ from rollout.errors import ConfigError
 from rollout.gateway.launch import build_parser as build_gateway_parser
 from rollout.hydra_argv import verbosity_overrides
 from rollout.logs import (
-    LIBRARY_LOGGERS,
     Levels,
     add_verbosity_options,
     adopt_serve_logger,
@@ -39,14 +38,11 @@ BAR_ENV = ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_
 
 @pytest.fixture
 def logging_state(monkeypatch):
-    """Loggers' levels, the environment and the warnings hook as they were before the test, after it."""
-    names = ["", "rollout", "envs", *LIBRARY_LOGGERS]
-    saved = {name: logging.getLogger(name).level for name in names}
+    """The environment and the warnings hook as they were before the test, after it (the loggers are put back by
+    tests/conftest.py's `logging_as_it_was`, for every test)."""
     for name in BAR_ENV:
         monkeypatch.delenv(name, raising=False)
     yield
-    for name, level in saved.items():
-        logging.getLogger(name).setLevel(level)
     logging.captureWarnings(False)
 
 
