@@ -39,6 +39,7 @@ from corpus_scale import corpus_file
 
 from rollout.data import open_corpus
 from rollout.records import Passage
+from rollout.retrieval import _jvm
 from rollout.retrieval.lucene import LuceneRetriever, build_lucene_index, corpus_rows_of
 
 K = 10
@@ -92,7 +93,10 @@ def index_of(corpus: Path, cache: Path) -> Path:
 
 
 def pyserini_searcher(index: Path) -> Any:
-    from pyserini.search.lucene import LuceneSearcher  # importable once rollout's retriever has opened an index
+    """Pyserini's own searcher. Its import needs the JVM running (rollout's retriever has opened an index) and imports
+    Pyserini's OpenAI encoder, which wants a key at import."""
+    with _jvm.environ({} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-by-lucene-search"}):
+        from pyserini.search.lucene import LuceneSearcher
 
     searcher = LuceneSearcher(str(index))
     searcher.set_bm25(0.9, 0.4)

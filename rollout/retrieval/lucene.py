@@ -1,4 +1,4 @@
-"""BM25 over a Lucene index built by Pyserini, searched by Pyserini's own `LuceneSearcher`.
+"""BM25 over a Lucene index built by Pyserini, searched by Anserini's `SimpleSearcher`, as Pyserini's does.
 
 FlashRAG, Search-R1 and BrowseComp-Plus ship or report BM25 from such an index. Its analyzer (Lucene's
 English analyzer, Porter-stemmed) and its usual k1=0.9, b=0.4 differ from `BM25Retriever`'s, so the rankings
@@ -10,8 +10,11 @@ opens (`rollout.retrieval.lucene_ids`). Pyserini drives Anserini's Java code in 
 first use; every Java call runs on one of a few long-lived threads, or on the caller's when Java knows it already
 (`rollout.retrieval._jvm`).
 
-Searches call Anserini's `SimpleSearcher` (the Java object behind Pyserini's `LuceneSearcher`) directly, with the
-same arguments Pyserini passes, so the hits are Pyserini's own: its Python wrapper adds a Java map made per query,
+The index is opened and searched through Anserini's `SimpleSearcher` (the Java object behind Pyserini's
+`LuceneSearcher`), from the jar Pyserini ships, with the same arguments Pyserini passes, so the hits are Pyserini's
+own. Importing Pyserini's Python searcher would import its neural encoders too (torch, transformers, faiss, an
+OpenAI client: about 5 CPU seconds and their memory in every process that opens an index), and it opens a second
+index reader besides the searcher. Its Python wrapper also adds a Java map made per query,
 and its batch search hands back a Java map whose arrays pyjnius converts element by element, looking up each one's
 class (as long again as the searches themselves). A batch is split over the Java threads instead, each running
 the one-query search (what Anserini's batch search runs on each query, on a thread pool it makes per call).
@@ -20,10 +23,8 @@ the one-query search (what Anserini's batch search runs on each query, on a thre
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -35,7 +36,6 @@ from rollout.retrieval._jvm import (
     INSTALL,
     JAVA_THREADS,
     drain_java_log,
-    environ,
     on_java_thread,
     on_java_threads,
     require_extra,
@@ -55,7 +55,8 @@ BUILD_HINT = (
     "on a full Java 21 JDK"
 )
 
-_IMPORT_LOCK = threading.Lock()
+SEARCHER_CLASS = "io.anserini.search.SimpleSearcher"
+"""What Pyserini's `LuceneSearcher` wraps."""
 LOG_EVERY_S = 1.0
 """Searches move Lucene's log into Python's at most once a second: asking Java at every search took a few percent
 of a search over a small index, and Lucene seldom logs while searching."""
@@ -71,9 +72,8 @@ class LuceneRetriever:
     name = "sparse"
 
     def __init__(self, searcher: Any, rows_of: Callable[[Sequence[str]], np.ndarray], num_docs: int) -> None:
-        """Use `open`; this wires an already opened `LuceneSearcher` to the corpus."""
-        self._searcher = searcher
-        self._java = searcher.object  # Anserini's SimpleSearcher
+        """Use `open`; this wires an already opened Anserini `SimpleSearcher` to the corpus."""
+        self._java = searcher
         self._rows = _RowCache(num_docs, rows_of)
         self._num_docs = num_docs
         self._warned = False
@@ -101,9 +101,8 @@ class LuceneRetriever:
         require_extra()
 
         def opened() -> tuple[Any, int, list[StoredDoc]]:
-            searcher_class = _pyserini().LuceneSearcher
             try:
-                searcher = searcher_class(str(path))
+                searcher = start_jvm().autoclass(SEARCHER_CLASS)(str(path))
             except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
                 raise RetrievalError(
                     f"Lucene cannot open the index at {index_dir}: {_first_line(e)}; if the index was copied or "
@@ -112,7 +111,7 @@ class LuceneRetriever:
             finally:
                 drain_java_log()
             searcher.set_bm25(float(k1), float(b))
-            num_docs = int(searcher.num_docs)
+            num_docs = int(searcher.get_total_num_docs())
             docs = [] if passages is None else [_stored_doc(searcher, i) for i in sample_positions(num_docs)]
             return searcher, num_docs, docs
 
@@ -276,22 +275,6 @@ def corpus_rows_of(passages: Sequence[Any]) -> Callable[[Sequence[str]], np.ndar
     return rows_of
 
 
-@functools.cache
-def _pyserini() -> Any:
-    """`pyserini.search.lucene`, imported once the JVM runs."""
-    start_jvm()
-    # pyserini.search.lucene imports pyserini.encode, whose OpenAI encoder builds a client at import and fails
-    # without a key. BM25 never calls it; the placeholder is removed again so rollout's LLM clients never see it.
-    placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-by-lucene-search"}
-    with _IMPORT_LOCK, environ(placeholder):
-        try:
-            return importlib.import_module("pyserini.search.lucene")
-        except Exception as e:  # noqa: BLE001 - a JVM without Anserini fails in pyjnius with its own types
-            raise RetrievalError(
-                f"Pyserini's Lucene searcher could not be loaded ({e}); reinstall with {INSTALL}"
-            ) from e
-
-
 def _check_folder(path: Path) -> None:
     """Refuse a path that is no Lucene index, or one this user cannot read, before the JVM starts (seconds) and
     before Lucene words the problem in Java terms."""
@@ -321,10 +304,10 @@ def _unreadable(path: Path, e: OSError) -> RetrievalError:
 
 def _stored_doc(searcher: Any, position: int) -> StoredDoc | None:
     """The id and stored text of the document at Lucene's internal number `position` (None for a deleted one)."""
-    doc = searcher.doc(position)
+    doc = searcher.doc(position)  # a Lucene Document; its fields as Pyserini's `Document` reads them
     if doc is None:
         return None
-    return StoredDoc(str(doc.docid()), stored_text(doc.raw(), doc.contents()))
+    return StoredDoc(str(doc.getField("id").stringValue()), stored_text(doc.get("raw"), doc.get("contents")))
 
 
 def _first_line(e: Exception) -> str:

@@ -73,13 +73,14 @@ def lucene_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for p in CORPUS[::-1]:
             f.write(json.dumps({"id": p.id, "contents": p.contents}) + "\n")
     build_lucene_index(root / "input", root / "index")
-    # Opening one loads Pyserini the way rollout does (a placeholder OpenAI key for its import), for the tests' own use.
-    LuceneRetriever.open(root / "index", corpus_rows_of(CORPUS))
     return root / "index"
 
 
 def _pyserini_searcher(index: Path, k1: float = 0.9, b: float = 0.4) -> Any:
-    from pyserini.search.lucene import LuceneSearcher  # loaded by the lucene_index fixture
+    """Pyserini's own `LuceneSearcher`, the reference rollout's hits are checked against. Its import needs the JVM
+    running (the index's build started it) and imports Pyserini's OpenAI encoder, which wants a key at import."""
+    with _jvm.environ({} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-by-lucene-search"}):
+        from pyserini.search.lucene import LuceneSearcher
 
     searcher = LuceneSearcher(str(index))
     searcher.set_bm25(k1, b)
@@ -322,6 +323,18 @@ def test_a_missing_extra_names_the_install_line(tmp_path: Path, monkeypatch: pyt
 def test_bad_bm25_parameters_are_refused_before_java_starts(tmp_path: Path) -> None:
     with pytest.raises(RetrievalError, match="k1 >= 0 and 0 <= b <= 1"):
         LuceneRetriever.open(tmp_path, corpus_rows_of(CORPUS), b=1.5)
+
+
+def test_opening_an_index_imports_no_neural_encoder(lucene_index: Path) -> None:
+    # Pyserini's Python searcher imports its encoders (torch, transformers): seconds and hundreds of MiB a gateway.
+    code = ("import sys; from rollout.retrieval.lucene import LuceneRetriever, corpus_rows_of; "
+            f"LuceneRetriever.open({str(lucene_index)!r}, corpus_rows_of([])).search(['lake'], 3); "
+            "print(sorted(m for m in ('torch', 'transformers', 'faiss', 'pyserini.search', 'pyserini.encode') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_importing_the_retrieval_package_starts_no_jvm() -> None:
