@@ -101,8 +101,9 @@ class LuceneRetriever:
         require_extra()
 
         def opened() -> tuple[Any, int, list[StoredDoc]]:
+            searcher_class = _searcher_class()
             try:
-                searcher = start_jvm().autoclass(SEARCHER_CLASS)(str(path))
+                searcher = searcher_class(str(path))
             except Exception as e:  # noqa: BLE001 - pyjnius raises JavaException, whatever Lucene threw
                 raise RetrievalError(
                     f"Lucene cannot open the index at {index_dir}: {_first_line(e)}; if the index was copied or "
@@ -273,6 +274,15 @@ def corpus_rows_of(passages: Sequence[Any]) -> Callable[[Sequence[str]], np.ndar
         return np.fromiter((row_of.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
 
     return rows_of
+
+
+def _searcher_class() -> Any:
+    """Anserini's `SimpleSearcher`, from the jar in Pyserini's package, once the JVM runs."""
+    try:
+        return start_jvm().autoclass(SEARCHER_CLASS)
+    except Exception as e:  # noqa: BLE001 - a JVM without Anserini fails in pyjnius with its own types
+        raise RetrievalError(f"Anserini's searcher could not be loaded from Pyserini's jar ({_first_line(e)}); "
+                             f"reinstall with {INSTALL}") from e
 
 
 def _check_folder(path: Path) -> None:

@@ -325,6 +325,13 @@ def test_bad_bm25_parameters_are_refused_before_java_starts(tmp_path: Path) -> N
         LuceneRetriever.open(tmp_path, corpus_rows_of(CORPUS), b=1.5)
 
 
+def test_a_jar_without_anserinis_searcher_names_the_install_line(lucene_index: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rollout.retrieval.lucene.SEARCHER_CLASS", "io.anserini.search.NoSuchSearcher")
+    with pytest.raises(RetrievalError, match=r"could not be loaded from Pyserini's jar .*; reinstall with pip"):
+        LuceneRetriever.open(lucene_index, corpus_rows_of(CORPUS))
+
+
 def test_opening_an_index_imports_no_neural_encoder(lucene_index: Path) -> None:
     # Pyserini's Python searcher imports its encoders (torch, transformers): seconds and hundreds of MiB a gateway.
     code = ("import sys; from rollout.retrieval.lucene import LuceneRetriever, corpus_rows_of; "
