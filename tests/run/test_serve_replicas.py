@@ -136,14 +136,14 @@ def test_shards_on_serve_fail_as_infrastructure_when_down_and_answer_exactly(two
     ray.shutdown()
     first = run(compose_run_config(*common, "retriever.dense.serve_timeout_s=0.5"), on_event=kill_a_shard)
     assert len(killed["nodes"]) == 2, "SPREAD puts the two shards on the two nodes"
-    tasks = {t.id: t for t in iter_trajectory(first.output_dir)}
-    down = [t for t in tasks.values() if any(c.outcome == "upstream_unavailable" for c in t.tool_calls)]
+    tasks = list(iter_trajectory(first.output_dir))
+    down = [t for t in tasks if any(c.outcome == "upstream_unavailable" for c in t.tool_calls)]
     assert down, "the calls made while the shard was down failed"
     assert all(t.status == "infra_error" for t in down)  # never scored as answered without that shard's passages
     assert all("did not answer" in c.error for t in down for c in t.tool_calls if c.outcome == "upstream_unavailable")
     ledger = [line for p in ledger_paths(first.output_dir) for line in iter_jsonl(p)]
     assert sum(line["outcome"] == "upstream_unavailable" for line in ledger) == sum(
-        c.outcome == "upstream_unavailable" for t in tasks.values() for c in t.tool_calls)
+        c.outcome == "upstream_unavailable" for t in tasks for c in t.tool_calls)
     ray.init(address=two_nodes.address)
     try:
         ray.get_actor(SERVE_CONTROLLER, namespace="serve")  # still running: raises ValueError if the run stopped it
@@ -157,7 +157,7 @@ def test_shards_on_serve_fail_as_infrastructure_when_down_and_answer_exactly(two
     corpus = open_corpus(ensure_demo_kb(cache_dir, n_passages=400, n_questions=40).corpus_path, cache_dir)
     cfg = compose_run_config(*common)
     whole = load_or_build_indexes(corpus, cache_dir, which=["dense"], params=RetrievalParams())["dense"]
-    calls = [c for t in tasks.values() for c in t.tool_calls if c.outcome == "ok"]
+    calls = [c for t in tasks for c in t.tool_calls if c.outcome == "ok"]
     assert len(calls) >= 20
     for call in calls:
         hits = whole.search([call.arguments["query"]], int(call.arguments.get("top_k", cfg.gateway.default_top_k)))
