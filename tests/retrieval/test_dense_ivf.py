@@ -96,13 +96,13 @@ def test_nprobe_on_an_ivf_pq_file_and_the_meta(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_vectors(encoder: Encoder) -> tuple[np.ndarray, np.ndarray]:
-    """The demo knowledge base's 2,000 passages and 200 questions, encoded."""
+def demo_vectors(cache_dir: Path, encoder: Encoder) -> tuple[np.ndarray, np.ndarray]:
+    """The demo knowledge base's 2,000 passages as the session's demo runs index them (encoding them is most of
+    this test's cost, so it is done once, here or by a run), and its 200 questions encoded."""
     passages, questions = generate_demo_kb(n_passages=2000, n_questions=200, seed=0)
-    return (
-        encoder.encode_passages([p.contents for p in passages]),
-        encoder.encode_queries([q.question for q in questions]),
-    )
+    flat = load_or_build_indexes(passages, cache_dir, which=["dense"])["dense"]
+    assert isinstance(flat, DenseRetriever)
+    return flat._index.reconstruct_n(0, flat._index.ntotal), encoder.encode_queries([q.question for q in questions])
 
 
 def test_all_lists_probed_on_the_demo_kb_equals_flat(demo_vectors: tuple[np.ndarray, np.ndarray]) -> None:
