@@ -24,7 +24,8 @@ from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import LIBRARY_LOGGERS
-from rollout.retrieval import Encoder
+from rollout.retrieval import DenseParams
+from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.run.ray_start import lean_start
 from tests.agents.chat_server import ChatServer, chat_server
 from tests.demo_runs import DemoRuns
@@ -178,10 +179,11 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def encoder() -> Encoder:
-    """The bundled all-MiniLM-L6-v2 on torch, for in-process retrievers: loading torch takes seconds, so once per
-    session, for the retrieval and the gateway tests alike."""
-    return Encoder()
+def encoder(cache_dir: Path) -> TextEncoder:
+    """The bundled all-MiniLM-L6-v2 on the default (ONNX) backend, as runs encode, for in-process retrievers: once
+    per session, for the retrieval and the gateway tests alike. (Loading torch costs each worker seconds; the torch
+    backend's own tests load it.)"""
+    return load_encoder(DenseParams(), cache_dir=cache_dir)
 
 
 @pytest.fixture(scope="session")

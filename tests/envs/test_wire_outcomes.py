@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 
 from envs import HttpMCPRagEnv
-from rollout.listen import bind_socket
 from rollout.jsonl import read_jsonl
+from rollout.listen import bind_socket
 from rollout.run_folder import calls_path
 from rollout.wire import OUTCOMES
 from tests.gateway.loopback import SPARSE_MODULE, gateway_file, gateway_served, sparse_kb, upstream_on_loopback

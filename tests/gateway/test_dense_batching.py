@@ -10,7 +10,8 @@ from mcp.client.client import Client
 
 from rollout.data import generate_demo_kb
 from rollout.gateway.knowledge import KnowledgeBase
-from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, HybridRetriever
+from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, HybridRetriever
+from rollout.retrieval.encoder import TextEncoder
 from tests.gateway.loopback import gateway_file, gateway_served
 from tests.retrieval.test_query_batching import RecordingEncoder
 
@@ -30,7 +31,7 @@ def knowledge_base(passages, vectors, encoder, max_query_batch: int) -> Knowledg
 
 
 @pytest.fixture(scope="module")
-def corpus(encoder: Encoder):
+def corpus(encoder: TextEncoder):
     passages, questions = generate_demo_kb(n_passages=300, n_questions=2 * BATCH, seed=5)
     return passages, [q.question for q in questions], encoder, encoder.encode_passages([p.contents for p in passages])
 

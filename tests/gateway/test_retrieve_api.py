@@ -24,8 +24,9 @@ from rollout.records import Passage
 from rollout.report import load_calls
 from rollout.report.cli import main as report_main
 from rollout.report.tool_calls.report import build_tool_report
-from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder, HybridRetriever
+from rollout.retrieval import BM25Retriever, DenseRetriever, HybridRetriever
 from rollout.retrieval.base import Hits
+from rollout.retrieval.encoder import TextEncoder
 from rollout.run.gateway_process import GatewayProcess
 from rollout.run_folder import TRAJECTORY_FILE
 from tests.gateway.loopback import PASSAGES, SPARSE_MODULE, gateway_file, gateway_served, serving, sparse_kb
@@ -239,7 +240,7 @@ def test_n_queries_are_one_search_call_on_the_index(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def three_retrievers(encoder: Encoder) -> KnowledgeBase:
+def three_retrievers(encoder: TextEncoder) -> KnowledgeBase:
     dense = DenseRetriever.from_vectors(encoder.encode_passages([p.contents for p in PASSAGES]), encoder=encoder)
     sparse = BM25Retriever.build(PASSAGES)
     return KnowledgeBase(PASSAGES, {"dense": dense, "sparse": sparse, "hybrid": HybridRetriever(dense, sparse)})

@@ -24,7 +24,8 @@ from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.registry import ToolRegistry
 from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
-from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder
+from rollout.retrieval import BM25Retriever, DenseRetriever
+from rollout.retrieval.encoder import TextEncoder
 from tests.gateway.loopback import PASSAGES, gateway_file, gateway_served, serving
 
 JSON = {"Content-Type": "application/json"}
@@ -53,7 +54,7 @@ def bcp(store: CorpusStore, tmp_path: Path) -> Iterator[str]:
 
 
 def test_retrieve_refuses_a_lone_surrogate_with_a_400_naming_it_when_the_first_tool_is_dense(
-        tmp_path: Path, encoder: Encoder):
+        tmp_path: Path, encoder: TextEncoder):
     dense = DenseRetriever.from_vectors(encoder.encode_passages([p.contents for p in PASSAGES]), encoder=encoder)
     kb = KnowledgeBase(PASSAGES, {"dense": dense})
     module = {"resource_type": "rag", "tool_groups": ["rag_query"]}

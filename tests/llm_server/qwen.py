@@ -29,7 +29,6 @@ from pathlib import Path
 from rollout.paths import default_cache_dir
 from tests.demo_runs import locked
 
-
 ALIAS = "qwen2.5-coder"
 """The model name the tests' servers answer to (`llm.model=qwen2.5-coder`)."""
 

@@ -25,7 +25,6 @@ from rollout.records import TaskResult
 from rollout.report.scoring import CI_LEVEL, METRICS, STATUSES
 from rollout.summary import GroupScores, Metrics, RepeatStats, RunSummary, TokenUse, ToolUse
 
-
 _PUNCTUATION = frozenset(string.punctuation)
 
 

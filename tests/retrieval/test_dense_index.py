@@ -13,6 +13,7 @@ import pytest
 from rollout.errors import RetrievalError
 from rollout.records import Passage
 from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, Retriever, SparseParams
+from rollout.retrieval.encoder import TextEncoder
 
 MakePassages = Callable[[int, int], list[Passage]]
 MakeQueries = Callable[[int, int], list[str]]
@@ -37,7 +38,7 @@ class FixedWidthEncoder:
 
 
 @pytest.fixture(scope="module")
-def random_index(encoder: Encoder) -> tuple[list[Passage], DenseRetriever]:
+def random_index(encoder: TextEncoder) -> tuple[list[Passage], DenseRetriever]:
     rng = np.random.default_rng(7)
     words = "castle violin comet harbor glacier orchard quartz temple willow lantern copper meadow".split()
     passages = []
@@ -47,7 +48,7 @@ def random_index(encoder: Encoder) -> tuple[list[Passage], DenseRetriever]:
     return passages, DenseRetriever.build(passages, encoder=encoder)
 
 
-def test_encoder_returns_unit_float32_rows(encoder: Encoder) -> None:
+def test_encoder_returns_unit_float32_rows(encoder: TextEncoder) -> None:
     vectors = encoder.encode_passages(["a first text", "another, longer text about rivers"])
     assert vectors.dtype == np.float32 and vectors.shape == (2, encoder.dimension) == (2, 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
@@ -55,7 +56,7 @@ def test_encoder_returns_unit_float32_rows(encoder: Encoder) -> None:
     assert empty.dtype == np.float32 and empty.shape == (0, 384)
 
 
-def test_prefixes_are_prepended(encoder: Encoder) -> None:
+def test_prefixes_are_prepended(encoder: TextEncoder) -> None:
     prefixed = copy.copy(encoder)  # shares the loaded model; only the prefixes differ
     prefixed.query_prefix, prefixed.passage_prefix = "query: ", "passage: "
     np.testing.assert_allclose(
@@ -74,7 +75,7 @@ def test_unloadable_model_names_the_model_and_the_fix(model: str) -> None:
     assert model in str(info.value)
 
 
-def test_search_equals_numpy_brute_force(encoder: Encoder, random_index, random_queries: MakeQueries) -> None:
+def test_search_equals_numpy_brute_force(encoder: TextEncoder, random_index, random_queries: MakeQueries) -> None:
     passages, retriever = random_index
     queries = random_queries(20, 5)
     hits = retriever.search(queries, k=8)
@@ -89,7 +90,7 @@ def test_search_equals_numpy_brute_force(encoder: Encoder, random_index, random_
     assert all(len(set(row)) == 8 for row in hits.indices.tolist())
 
 
-def test_paraphrase_ranks_the_right_passage_first(encoder: Encoder, facts: list[Passage]) -> None:
+def test_paraphrase_ranks_the_right_passage_first(encoder: TextEncoder, facts: list[Passage]) -> None:
     retriever: Retriever = DenseRetriever.build(facts, encoder=encoder)
     assert retriever.name == "dense"
     hits = retriever.search(["What is the birthplace of the composer Ravel?", "who discovered antibiotics"], k=3)
@@ -102,7 +103,7 @@ def test_paraphrase_ranks_the_right_passage_first(encoder: Encoder, facts: list[
     assert int(hits.indices[1, 0]) not in sparse.indices[0].tolist()
 
 
-def test_k_larger_than_corpus_pads_with_minus_one(encoder: Encoder, facts: list[Passage]) -> None:
+def test_k_larger_than_corpus_pads_with_minus_one(encoder: TextEncoder, facts: list[Passage]) -> None:
     retriever = DenseRetriever.build(facts[:3], encoder=encoder)
     hits = retriever.search(["Ravel", "bees"], k=5)
     assert hits.indices.shape == (2, 5)
@@ -117,7 +118,7 @@ def test_no_queries(random_index) -> None:
     assert hits.indices.shape == hits.scores.shape == (0, 4)
 
 
-def test_save_load_round_trip(tmp_path: Path, encoder: Encoder, random_index, random_queries: MakeQueries) -> None:
+def test_save_load_round_trip(tmp_path: Path, encoder: TextEncoder, random_index, random_queries: MakeQueries) -> None:
     _, original = random_index
     original.save(tmp_path / "dense")
     assert json.loads((tmp_path / "dense" / "meta.json").read_text())["num_passages"] == 60
@@ -134,7 +135,7 @@ def test_load_with_an_encoder_of_another_width_is_an_error(tmp_path: Path, rando
         DenseRetriever.load(tmp_path, encoder=FixedWidthEncoder(8))
 
 
-def test_load_from_missing_directory_says_how_to_build(tmp_path: Path, encoder: Encoder) -> None:
+def test_load_from_missing_directory_says_how_to_build(tmp_path: Path, encoder: TextEncoder) -> None:
     with pytest.raises(RetrievalError, match=r"DenseRetriever\.build"):
         DenseRetriever.load(tmp_path, encoder=encoder)
 
@@ -200,7 +201,7 @@ def test_hnsw_save_load_keeps_the_graph_and_takes_ef_search_from_params(
     np.testing.assert_array_equal(built.search_vectors(queries, 5).indices, loaded.search_vectors(queries, 5).indices)
 
 
-def test_hnsw_index_answers_text_queries(encoder: Encoder, facts: list[Passage]) -> None:
+def test_hnsw_index_answers_text_queries(encoder: TextEncoder, facts: list[Passage]) -> None:
     flat = DenseRetriever.build(facts, encoder=encoder)
     hnsw = DenseRetriever.build(facts, encoder=encoder, params=HNSW)
     queries = ["deepest lake", "who printed books"]

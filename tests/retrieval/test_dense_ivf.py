@@ -13,9 +13,10 @@ from rollout.data import generate_demo_kb
 from rollout.errors import RetrievalError
 from rollout.identity_keys import is_identity_key
 from rollout.records import Passage
-from rollout.retrieval import DenseParams, DenseRetriever, Encoder, RetrievalParams, load_or_build_indexes
+from rollout.retrieval import DenseParams, DenseRetriever, RetrievalParams, load_or_build_indexes
 from rollout.retrieval.cache import dense_cache_params
 from rollout.retrieval.dense_ivf import MIN_POINTS_PER_CENTROID, plan_ivf
+from rollout.retrieval.encoder import TextEncoder
 
 MakeVectors = Callable[[int, int, int], np.ndarray]
 IVF = DenseParams(index="ivf")
@@ -96,7 +97,7 @@ def test_nprobe_on_an_ivf_pq_file_and_the_meta(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_vectors(cache_dir: Path, encoder: Encoder) -> tuple[np.ndarray, np.ndarray]:
+def demo_vectors(cache_dir: Path, encoder: TextEncoder) -> tuple[np.ndarray, np.ndarray]:
     """The demo knowledge base's 2,000 passages as the session's demo runs index them (encoding them is most of
     this test's cost, so it is done once, here or by a run), and its 200 questions encoded."""
     passages, questions = generate_demo_kb(n_passages=2000, n_questions=200, seed=0)
@@ -144,7 +145,7 @@ def test_cache_key_follows_nlist_and_pq_but_not_nprobe() -> None:
         assert is_identity_key(f"retriever.dense.{field}", uses_llm=False)
 
 
-def test_changing_nprobe_loads_the_same_lists(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_changing_nprobe_loads_the_same_lists(tmp_path: Path, encoder: TextEncoder, facts: list[Passage]) -> None:
     first = load_or_build_indexes(facts, tmp_path, which=["dense"], params=RetrievalParams(dense=IVF), encoder=encoder)
     wider = RetrievalParams(dense=DenseParams(index="ivf", ivf_nprobe=7))
     second = load_or_build_indexes(facts, tmp_path, which=["dense"], params=wider, encoder=encoder)["dense"]

@@ -51,14 +51,20 @@ def export_cache(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> P
     return cache
 
 
+@pytest.fixture(scope="module")
+def torch_encoder() -> Encoder:
+    """The bundled model on torch, the reference the ONNX backends are held to."""
+    return Encoder()
+
+
 @pytest.fixture(scope="session")
 def onnx_encoders(export_cache: Path) -> dict[str, OnnxEncoder]:
     return {b: load_encoder(DenseParams(backend=b), cache_dir=export_cache) for b in ONNX_BACKENDS}
 
 
-def test_every_backend_gives_unit_float32_rows_of_the_model_width(encoder: Encoder, onnx_encoders):
+def test_every_backend_gives_unit_float32_rows_of_the_model_width(torch_encoder: Encoder, onnx_encoders):
     for backend in ENCODER_BACKENDS:
-        enc = encoder if backend == "torch" else onnx_encoders[backend]
+        enc = torch_encoder if backend == "torch" else onnx_encoders[backend]
         assert enc.backend == backend
         for vectors in (enc.encode_queries(QUERIES), enc.encode_passages(TEXTS)):
             assert vectors.dtype == np.float32 and vectors.flags.c_contiguous
@@ -68,20 +74,20 @@ def test_every_backend_gives_unit_float32_rows_of_the_model_width(encoder: Encod
 
 
 @pytest.mark.parametrize(("backend", "floor"), [("onnx", 0.9999), ("onnx-int8", 0.97)])
-def test_onnx_vectors_point_where_torch_vectors_point(encoder: Encoder, onnx_encoders, backend, floor):
-    reference = encoder.encode_passages(TEXTS)
+def test_onnx_vectors_point_where_torch_vectors_point(torch_encoder: Encoder, onnx_encoders, backend, floor):
+    reference = torch_encoder.encode_passages(TEXTS)
     cosines = (reference * onnx_encoders[backend].encode_passages(TEXTS)).sum(axis=1)
     assert cosines.min() >= floor, dict(zip(TEXTS, cosines.round(5)))
 
 
-def test_prefixes_are_applied_as_torch_applies_them(encoder: Encoder, export_cache: Path):
+def test_prefixes_are_applied_as_torch_applies_them(torch_encoder: Encoder, export_cache: Path):
     params = DenseParams(backend="onnx", query_prefix="query: ", passage_prefix="passage: ")
     onnx = load_encoder(params, cache_dir=export_cache)
     torch_prefixed = Encoder(query_prefix="query: ", passage_prefix="passage: ")
     cosines = (torch_prefixed.encode_queries(QUERIES) * onnx.encode_queries(QUERIES)).sum(axis=1)
     assert cosines.min() >= 0.9999
     # And the prefix does change the vectors, so the check above is not vacuous.
-    assert (encoder.encode_queries(QUERIES[:1]) * onnx.encode_queries(QUERIES[:1])).sum() < 0.999
+    assert (torch_encoder.encode_queries(QUERIES[:1]) * onnx.encode_queries(QUERIES[:1])).sum() < 0.999
 
 
 def test_a_text_encodes_the_same_alone_or_in_a_batch(onnx_encoders):
@@ -139,11 +145,11 @@ def test_an_unknown_backend_is_an_error_naming_the_choices(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_pipeline_the_onnx_backend_does_not_reproduce_is_refused(encoder: Encoder, tmp_path: Path):
+def test_a_pipeline_the_onnx_backend_does_not_reproduce_is_refused(torch_encoder: Encoder, tmp_path: Path):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense
 
-    model = encoder._model
+    model = torch_encoder._model
     projected = SentenceTransformer(modules=[model[0], model[1], Dense(384, 64)], device="cpu")
     projected.save(str(tmp_path / "projected"))
     cache = tmp_path / "cache"
@@ -152,9 +158,9 @@ def test_a_pipeline_the_onnx_backend_does_not_reproduce_is_refused(encoder: Enco
     assert not any(p.name.startswith("encoder-") for p in cache.iterdir())
 
 
-def test_the_backend_is_part_of_the_dense_index_cache_key(encoder: Encoder, onnx_encoders):
+def test_the_backend_is_part_of_the_dense_index_cache_key(torch_encoder: Encoder, onnx_encoders):
     params = DenseParams()
-    torch_key = dense_cache_params(params, encoder)
+    torch_key = dense_cache_params(params, torch_encoder)
     assert "encoder_backend" not in torch_key  # torch indexes keep the key they had before backends existed
     keys = {b: dense_cache_params(params, e) for b, e in onnx_encoders.items()}
     assert keys["onnx"]["encoder_backend"] == "onnx" and keys["onnx-int8"]["encoder_backend"] == "onnx-int8"
@@ -188,10 +194,10 @@ def test_the_gateway_query_path_of_the_onnx_backend_does_not_import_torch(export
     assert proc.stdout.split("\n")[:2] == ["fact-0", "[]"]
 
 
-def test_an_onnx_index_is_cached_apart_from_the_torch_one(export_cache: Path, tmp_path: Path, encoder: Encoder):
+def test_an_onnx_index_is_cached_apart_from_the_torch_one(export_cache: Path, tmp_path: Path, torch_encoder: Encoder):
     facts = [Passage(id=f"fact-{i}", title=t, text=x) for i, (t, x) in enumerate(FACTS)]
     cache = tmp_path / "indexes"
-    load_or_build_indexes(facts, cache, which=["dense"], encoder=encoder)
+    load_or_build_indexes(facts, cache, which=["dense"], encoder=torch_encoder)
     onnx = OnnxEncoder(next(export_cache.glob("encoder-onnx-[0-9a-f]*")))
     load_or_build_indexes(facts, cache, which=["dense"], encoder=onnx)
     assert len(list(cache.glob("dense-flat-*"))) == 2

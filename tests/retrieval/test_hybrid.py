@@ -8,7 +8,8 @@ import pytest
 
 from rollout.errors import RetrievalError
 from rollout.records import Passage
-from rollout.retrieval import BM25Retriever, DenseRetriever, Encoder, Hits, HybridRetriever, Retriever, SparseParams
+from rollout.retrieval import BM25Retriever, DenseRetriever, Hits, HybridRetriever, Retriever, SparseParams
+from rollout.retrieval.encoder import TextEncoder
 
 
 class FixedRanking:
@@ -94,7 +95,7 @@ def test_no_queries_and_bad_arguments() -> None:
         HybridRetriever(FixedRanking("dense", [0]), FixedRanking("sparse", [0]), rrf_k=-1)
 
 
-def test_real_retrievers_fuse_as_their_rankings_say(encoder: Encoder, facts: list[Passage]) -> None:
+def test_real_retrievers_fuse_as_their_rankings_say(encoder: TextEncoder, facts: list[Passage]) -> None:
     dense, sparse = DenseRetriever.build(facts, encoder=encoder), BM25Retriever.build(facts, SparseParams())
     hybrid: Retriever = HybridRetriever(dense, sparse, candidates=len(facts))
     assert hybrid.name == "hybrid"
@@ -115,7 +116,7 @@ def test_real_retrievers_fuse_as_their_rankings_say(encoder: Encoder, facts: lis
     assert facts[hits.indices[1, 0]].title == "Penicillin"
 
 
-def test_a_query_bm25_cannot_match_is_ranked_by_the_dense_side_alone(encoder: Encoder, facts: list[Passage]) -> None:
+def test_a_query_bm25_cannot_match_is_ranked_by_the_dense_side_alone(encoder: TextEncoder, facts: list[Passage]) -> None:
     dense, sparse = DenseRetriever.build(facts, encoder=encoder), BM25Retriever.build(facts, SparseParams())
     hybrid = HybridRetriever(dense, sparse, rrf_k=60, candidates=len(facts))
     queries = ["the of and", "xylophone"]

@@ -15,7 +15,6 @@ from rollout.retrieval import (
     BM25Retriever,
     DenseParams,
     DenseRetriever,
-    Encoder,
     HybridParams,
     HybridRetriever,
     RetrievalParams,
@@ -24,6 +23,7 @@ from rollout.retrieval import (
 )
 from rollout.retrieval import cache as cache_module
 from rollout.retrieval.cache import corpus_fingerprint
+from rollout.retrieval.encoder import TextEncoder
 from tests.halfway import stopped_halfway
 
 QUERIES = ["birthplace of Ravel", "VX-1234 spectrometer", "deepest lake", "train in the Alps"]
@@ -33,7 +33,7 @@ HNSW = RetrievalParams(dense=DenseParams(index="hnsw"))
 class CountingEncoder:
     """Delegates to the session encoder and counts how often passages are encoded."""
 
-    def __init__(self, inner: Encoder, *, passage_prefix: str = "", query_prefix: str = "") -> None:
+    def __init__(self, inner: TextEncoder, *, passage_prefix: str = "", query_prefix: str = "") -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.dimension = inner.dimension
@@ -54,7 +54,7 @@ def _dirs(cache_dir: Path) -> list[str]:
 
 
 def test_second_call_loads_without_encoding_the_corpus(
-    tmp_path: Path, encoder: Encoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, encoder: TextEncoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="rollout.retrieval.cache")
     first_encoder = CountingEncoder(encoder)
@@ -75,7 +75,7 @@ def test_second_call_loads_without_encoding_the_corpus(
         np.testing.assert_array_equal(before.scores, after.scores)
 
 
-def test_hybrid_brings_dense_and_sparse_along(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_hybrid_brings_dense_and_sparse_along(tmp_path: Path, encoder: TextEncoder, facts: list[Passage]) -> None:
     params = RetrievalParams(hybrid=HybridParams(rrf_k=10, candidates=7))
     counting = CountingEncoder(encoder)
     retrievers = load_or_build_indexes(facts, tmp_path, which=["hybrid"], params=params, encoder=counting)
@@ -87,7 +87,7 @@ def test_hybrid_brings_dense_and_sparse_along(tmp_path: Path, encoder: Encoder, 
     assert facts[hybrid.search(["VX-1234 spectrometer"], 1).indices[0, 0]].title == "Device VX-1234"
 
 
-def test_flat_and_hnsw_get_their_own_entries(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_flat_and_hnsw_get_their_own_entries(tmp_path: Path, encoder: TextEncoder, facts: list[Passage]) -> None:
     counting = CountingEncoder(encoder)
     flat = load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=counting)["dense"]
     hnsw = load_or_build_indexes(facts, tmp_path, which=["dense"], params=HNSW, encoder=counting)["dense"]
@@ -100,7 +100,7 @@ def test_flat_and_hnsw_get_their_own_entries(tmp_path: Path, encoder: Encoder, f
     assert counting.passage_calls == 3 and len(_dirs(tmp_path)) == 3
 
 
-def test_changing_ef_search_loads_the_same_graph(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_changing_ef_search_loads_the_same_graph(tmp_path: Path, encoder: TextEncoder, facts: list[Passage]) -> None:
     counting = CountingEncoder(encoder)
     load_or_build_indexes(facts, tmp_path, which=["dense"], params=HNSW, encoder=counting)
     wider = RetrievalParams(dense=DenseParams(index="hnsw", ef_search=300))
@@ -109,7 +109,7 @@ def test_changing_ef_search_loads_the_same_graph(tmp_path: Path, encoder: Encode
     assert isinstance(dense, DenseRetriever) and dense.ef_search == 300
 
 
-def test_changed_corpus_gets_a_new_cache_entry(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_changed_corpus_gets_a_new_cache_entry(tmp_path: Path, encoder: TextEncoder, facts: list[Passage]) -> None:
     counting = CountingEncoder(encoder)
     load_or_build_indexes(facts, tmp_path, which=["dense", "sparse"], encoder=counting)
     original = _dirs(tmp_path)
@@ -131,7 +131,7 @@ def test_fingerprint_sees_ids_contents_and_order(facts: list[Passage]) -> None:
     assert corpus_fingerprint(split_moved) != corpus_fingerprint(split_moved[::-1])
 
 
-def test_parameters_select_their_own_entries(tmp_path: Path, encoder: Encoder, facts: list[Passage]) -> None:
+def test_parameters_select_their_own_entries(tmp_path: Path, encoder: TextEncoder, facts: list[Passage]) -> None:
     for sparse in (SparseParams(), SparseParams(k1=1.2), SparseParams(b=0.5)):
         load_or_build_indexes(facts, tmp_path, which=["sparse"], params=RetrievalParams(sparse=sparse))
     assert len(_dirs(tmp_path)) == 3
@@ -150,7 +150,7 @@ def test_parameters_select_their_own_entries(tmp_path: Path, encoder: Encoder, f
 
 
 def test_the_encoder_comes_from_params_when_not_given(
-    tmp_path: Path, encoder: Encoder, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, encoder: TextEncoder, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[DenseParams] = []
 
@@ -176,7 +176,7 @@ def test_sparse_only_never_loads_an_encoder(
 
 
 def test_an_existing_index_file_is_served_and_not_cached(
-    tmp_path: Path, encoder: Encoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, encoder: TextEncoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
 ) -> None:
     index = faiss.IndexFlatIP(encoder.dimension)
     index.add(encoder.encode_passages([p.contents for p in facts]))
@@ -195,7 +195,7 @@ def test_an_existing_index_file_is_served_and_not_cached(
 
 
 def test_a_failed_write_leaves_no_cache_behind(
-    tmp_path: Path, encoder: Encoder, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, encoder: TextEncoder, facts: list[Passage], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real_save = DenseRetriever.save
 
@@ -239,7 +239,7 @@ def _rebuilt_after(damage, tmp_path: Path, facts: list[Passage], caplog: pytest.
 
 
 def test_a_corrupt_or_truncated_faiss_file_is_rebuilt_with_a_warning(
-    tmp_path: Path, encoder: Encoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, encoder: TextEncoder, facts: list[Passage], caplog: pytest.LogCaptureFixture
 ) -> None:
     def truncate(entry: Path) -> Path:
         _truncate(entry / "index.faiss")
@@ -255,7 +255,7 @@ def test_a_corrupt_or_truncated_faiss_file_is_rebuilt_with_a_warning(
 
 
 def test_a_faiss_file_disagreeing_with_its_meta_is_named(
-    tmp_path: Path, encoder: Encoder, facts: list[Passage]
+    tmp_path: Path, encoder: TextEncoder, facts: list[Passage]
 ) -> None:
     load_or_build_indexes(facts, tmp_path, which=["dense"], encoder=encoder)
     entry = _entry(tmp_path, "dense")

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollout.errors import RetrievalError
 import rollout.gateway.__main__ as gateway_module
+from rollout.errors import RetrievalError
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.paths import PROJECT_ROOT
 from rollout.records import Passage

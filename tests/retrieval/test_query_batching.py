@@ -13,8 +13,9 @@ from rollout.data import generate_demo_kb
 from rollout.errors import RetrievalError
 from rollout.identity_keys import is_identity_key
 from rollout.records import Passage
-from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, Encoder, HybridRetriever, RetrievalParams
+from rollout.retrieval import BM25Retriever, DenseParams, DenseRetriever, HybridRetriever, RetrievalParams
 from rollout.retrieval.batching import BatchSettings
+from rollout.retrieval.encoder import TextEncoder
 
 # The encoder's output for a query moves in its last bits with the other rows of its batch
 # (BLAS picks kernels by matrix shape; measured at most 9e-8 per vector component), so scores
@@ -27,7 +28,7 @@ LONG_WAIT_MS = 10_000
 class RecordingEncoder:
     """The real encoder, noting how many queries each encode call got."""
 
-    def __init__(self, inner: Encoder) -> None:
+    def __init__(self, inner: TextEncoder) -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.dimension = inner.dimension

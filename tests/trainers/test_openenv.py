@@ -29,8 +29,8 @@ from rollout.records import Passage, Question
 from rollout.retrieval import BM25Retriever
 from rollout.trainers.experiment import TrainingExperiment
 from rollout.trainers.openenv.__main__ import main
-from rollout.trainers.openenv.routes import create_app
 from rollout.trainers.openenv.episode import ServedExperiment
+from rollout.trainers.openenv.routes import create_app
 from rollout.trainers.tool_session import GatewayTarget
 from rollout.wire import TOKEN_ENV
 from tests.conftest import gateway_on_loopback
