@@ -9,6 +9,7 @@ folder and the demo runs are shared by all workers of a session.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import logging
 import os
@@ -24,6 +25,7 @@ from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import LIBRARY_LOGGERS
+from rollout.paths import PROJECT_ROOT
 from rollout.retrieval import DenseParams
 from rollout.retrieval.encoder import TextEncoder, load_encoder
 from rollout.run.ray_start import lean_start
@@ -32,7 +34,17 @@ from tests.demo_runs import DemoRuns
 from tests.gateway.loopback import serving
 
 
+PACKAGES = ("rollout", "envs", "tests", "bench")
+"""The project's own packages, which the suite's processes import."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the session (and its xdist workers)
+        # The suite starts some 300 Python processes (gateways, Ray workers, runs) that import the project. Compiled
+        # once here (well under a second), none compiles it again; where PYTHONDONTWRITEBYTECODE is set, as on CI
+        # machines, every one of them would.
+        for package in PACKAGES:
+            compileall.compile_dir(PROJECT_ROOT / package, quiet=2)
     # A Ray started without an address joins the cluster named in /tmp/ray/ray_current_cluster, which any
     # `ray.cluster_utils.Cluster` (the two-node test's, or another process's on this machine) writes while it
     # lives. "local" always starts a Ray of its own, here and in every run started as a subprocess.
