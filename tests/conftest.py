@@ -13,6 +13,7 @@ import compileall
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,9 +26,10 @@ from rollout.gateway.server import build_gateway, make_uvicorn
 from rollout.gateway.stats import StatsCollector
 from rollout.gateway_file import load_gateway_file
 from rollout.logs import LIBRARY_LOGGERS
-from rollout.paths import PROJECT_ROOT
+from rollout.paths import PROJECT_ROOT, bundled_model_path
 from rollout.retrieval import DenseParams
 from rollout.retrieval.encoder import TextEncoder, load_encoder
+from rollout.retrieval.encoder_export import ensure_exported
 from rollout.run.ray_start import lean_start
 from tests.agents.chat_server import ChatServer, chat_server
 from tests.demo_runs import DemoRuns
@@ -188,6 +190,15 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = shared_by_workers(tmp_path_factory) / "cache"
     path.mkdir(exist_ok=True)
     return path
+
+
+def with_session_encoder(session_cache: Path, cache: Path) -> Path:
+    """`cache`, made to hold a copy of the session cache's ONNX export of the bundled encoder: a build into it
+    encodes without exporting the model again (loading torch and exporting cost about 10 CPU s)."""
+    shared = ensure_exported(bundled_model_path(), "onnx", session_cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(shared, cache / shared.name, dirs_exist_ok=True)
+    return cache
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from rollout import ray_console
 from rollout.logs import adopt_ray_data_logger, formatter
 from rollout.paths import PROJECT_ROOT, bundled_model_path
 from rollout.retrieval.encode_progress import EncodeProgress, time_left
+from tests.conftest import with_session_encoder
 from tests.test_documented_commands import page_commands
 
 SCALING = PROJECT_ROOT / "docs" / "scaling.md"
@@ -48,9 +49,9 @@ def write_corpus(path: Path, n: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One rollout cache for the module's builds: the encoder is exported to ONNX once."""
-    return tmp_path_factory.mktemp("cache")
+def cache(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Path:
+    """One rollout cache for the module's builds, holding the session's ONNX export of the bundled encoder."""
+    return with_session_encoder(cache_dir, tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")

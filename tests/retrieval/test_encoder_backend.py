@@ -24,6 +24,8 @@ from rollout.retrieval.encoder_export import ensure_exported
 from rollout.retrieval.encoder_onnx import MODEL_FILE, PIPELINE_FILE, OnnxEncoder
 from rollout.retrieval.params import ENCODER_BACKENDS, DenseParams
 
+from tests.conftest import with_session_encoder
+
 from .conftest import FACTS
 
 ONNX_BACKENDS = ("onnx", "onnx-int8")
@@ -44,9 +46,7 @@ def export_cache(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> P
 
     The float32 export is the one the session's runs use (tests.conftest.cache_dir), copied; int8 is exported here.
     """
-    cache = tmp_path_factory.mktemp("encoder-cache")
-    shared = ensure_exported(bundled_model_path(), "onnx", cache_dir)
-    shutil.copytree(shared, cache / shared.name)
+    cache = with_session_encoder(cache_dir, tmp_path_factory.mktemp("encoder-cache"))
     ensure_exported(bundled_model_path(), "onnx-int8", cache)
     return cache
 

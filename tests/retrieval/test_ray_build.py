@@ -18,6 +18,7 @@ from rollout.retrieval.dense import DenseRetriever
 from rollout.retrieval.encoder import load_encoder
 from rollout.retrieval.params import DenseParams, RetrievalParams
 from rollout.retrieval.ray_build import RayBuild, assemble_dense, encoder_count
+from tests.conftest import with_session_encoder
 
 QUERIES = ["Veltrix founded", "Kremes Works company", "born city", "ORG-5521"]
 
@@ -68,9 +69,9 @@ def test_encoders_follow_the_cluster_and_a_gpu_build_without_gpus_says_so(caplog
 
 
 @pytest.mark.slow
-def test_build_index_on_two_nodes_caches_what_a_run_would_build(two_nodes, tmp_path, caplog):
+def test_build_index_on_two_nodes_caches_what_a_run_would_build(two_nodes, tmp_path, cache_dir, caplog):
     # The dense index in two shards: the encoding on the cluster's actors, then the shards written from it.
-    cache = tmp_path / "ray-cache"
+    cache = with_session_encoder(cache_dir, tmp_path / "ray-cache")
     overrides = [f"ray.address={two_nodes.address}", f"cache_dir={cache}", "dataset.n_passages=400",
                  "dataset.n_questions=40", "build.rows_per_shard=128", "build.encoders=2", "retriever.dense.shards=2"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
@@ -86,7 +87,7 @@ def test_build_index_on_two_nodes_caches_what_a_run_would_build(two_nodes, tmp_p
     # A run's own build, in a cache of its own and in one piece, ranks alike; a run with the same settings finds
     # what build-index wrote.
     corpus = ensure_demo_kb(cache, n_passages=400, n_questions=40).corpus_path
-    local_cache = tmp_path / "local-cache"
+    local_cache = with_session_encoder(cache_dir, tmp_path / "local-cache")
     local = load_or_build_indexes(load_corpus(corpus), local_cache, which=["dense", "sparse"],
                                   params=RetrievalParams())
     sharded = RetrievalParams.from_dict({"dense": {"shards": 2}})
