@@ -40,6 +40,7 @@ from rollout.paths import PROJECT_ROOT, default_cache_dir
 from rollout.records import Question, TaskResult
 from rollout.run.config import RunConfig, compose_run_config
 from rollout.run.gateway_kinds import gateway_for_run
+from rollout.run.ray_start import lean_start
 from rollout.run.scheduler import PlannedTask, Scheduler
 from rollout.run.serving import env_spec_for
 
@@ -76,17 +77,22 @@ def throughput(cfg: RunConfig, url: str, questions: list[Question], concurrency:
 
 def bench_throughput(args: argparse.Namespace, cache_dir: Path) -> list[tuple[str, ...]]:
     rows = []
-    for call_tools in (True, False):
-        cfg = compose_run_config(
+    ledger_dir = tempfile.mkdtemp(prefix="rollout-bench-")  # the gateway's call ledger, not results/
+
+    def config(call_tools: bool) -> RunConfig:
+        return compose_run_config(
             "mode=sparse", "agent=simulated", f"agent.llm_latency_s={args.latency}", f"agent.turns={args.turns}",
             f"agent.call_tools={str(call_tools).lower()}", f"cache_dir={cache_dir}", "task_timeout_s=600",
-            f"output_dir={tempfile.mkdtemp(prefix='rollout-bench-')}",  # the gateway's call ledger, not results/
-        )
-        data = prepare_data(cfg.dataset, cfg.cache_dir)
-        ideal_latency = args.turns * args.latency
-        with gateway_for_run(cfg.gateway_launch, data.corpus_path) as gateway:
-            url = gateway.wait_ready()
-            throughput(cfg, url, data.questions, 8, 2)  # warm: actors, sessions, page cache
+            f"output_dir={ledger_dir}")
+
+    data = prepare_data(config(True).dataset, cache_dir)
+    ideal_latency = args.turns * args.latency
+    # One gateway for every row: the agent's settings are all that differ between them.
+    with gateway_for_run(config(True).gateway_launch, data.corpus_path) as gateway:
+        url = gateway.wait_ready()
+        throughput(config(True), url, data.questions, 8, 2)  # warm: the gateway's sessions and page cache
+        for call_tools in (True, False):
+            cfg = config(call_tools)
             for c in args.concurrency:
                 rate, latency = throughput(cfg, url, data.questions, c, args.tasks_per_slot)
                 ideal = c / ideal_latency
@@ -226,7 +232,8 @@ def main() -> None:
     args = parser.parse_args()
 
     if not args.skip_throughput:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        with lean_start():  # as a run starts its own Ray
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             print("throughput (agent=simulated):", flush=True)
             rows = bench_throughput(args, args.cache_dir)
