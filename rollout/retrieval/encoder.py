@@ -17,6 +17,7 @@ import numpy as np
 from rollout.errors import RetrievalError
 from rollout.paths import bundled_model_path
 from rollout.retrieval.model_dtype import float32_weights
+from rollout.retrieval.model_files import resolve_model_dir
 from rollout.retrieval.params import POOLING_MODES, DenseParams, check_encoder_backend, check_pooling
 
 logger = logging.getLogger(__name__)
@@ -81,14 +82,15 @@ class Encoder:
         device: str = "cpu",
         pooling: str | None = None,
     ) -> None:
-        # Imported here because torch + transformers take seconds to import, and processes that
-        # only talk to a gateway import this package without ever encoding anything.
-        from sentence_transformers import SentenceTransformer
-
         if batch_size < 1:
             raise RetrievalError(f"batch_size must be at least 1, got {batch_size}")
         check_pooling(pooling)
         self.model_id = bundled_model_path() if model_name_or_path is None else str(model_name_or_path)
+        resolve_model_dir(self.model_id)  # a model that is not here is refused before torch is loaded
+        # Imported here because torch + transformers take seconds to import, and processes that
+        # only talk to a gateway import this package without ever encoding anything.
+        from sentence_transformers import SentenceTransformer
+
         self.backend = "torch"
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix

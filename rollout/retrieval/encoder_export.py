@@ -39,6 +39,7 @@ from rollout.retrieval.encoder_onnx import (
     ExportedPipeline,
     OnnxEncoder,
 )
+from rollout.retrieval.model_files import resolve_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -102,23 +103,6 @@ def _one_exporter(final: Path) -> Iterator[None]:
     with (final.parent / f".{final.name}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
-
-
-def resolve_model_dir(model_id: str) -> Path:
-    """A local directory for `model_id`: the path itself, or its snapshot in the Hugging Face cache (no download)."""
-    path = Path(model_id).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(model_id, local_files_only=True))
-    # Hub errors vary by version (missing repo, missing snapshot, offline); all mean "not available locally".
-    except Exception as e:
-        raise RetrievalError(
-            f"cannot find the model {model_id!r} locally ({type(e).__name__}: {e}); pass a local model directory "
-            "as retriever.dense.encoder, or download it into the Hugging Face cache first"
-        ) from e
 
 
 def _export_key(model_id: str, backend: str, source: Path) -> str:
