@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # machines, every one of them would.
         for package in PACKAGES:
             compileall.compile_dir(PROJECT_ROOT / package, quiet=2)
+    # pytest keeps a test module's assertion-rewritten code only where bytecode may be written: each worker would
+    # rewrite every module again on every run (seconds each).
+    sys.dont_write_bytecode = False
     # A Ray started without an address joins the cluster named in /tmp/ray/ray_current_cluster, which any
     # `ray.cluster_utils.Cluster` (the two-node test's, or another process's on this machine) writes while it
     # lives. "local" always starts a Ray of its own, here and in every run started as a subprocess.
