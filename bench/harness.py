@@ -85,14 +85,14 @@ def bench_throughput(args: argparse.Namespace, cache_dir: Path) -> list[tuple[st
             f"agent.call_tools={str(call_tools).lower()}", f"cache_dir={cache_dir}", "task_timeout_s=600",
             f"output_dir={ledger_dir}")
 
-    data = prepare_data(config(True).dataset, cache_dir)
+    configs = {call_tools: config(call_tools) for call_tools in (True, False)}
+    data = prepare_data(configs[True].dataset, cache_dir)
     ideal_latency = args.turns * args.latency
     # One gateway for every row: the agent's settings are all that differ between them.
-    with gateway_for_run(config(True).gateway_launch, data.corpus_path) as gateway:
+    with gateway_for_run(configs[True].gateway_launch, data.corpus_path) as gateway:
         url = gateway.wait_ready()
-        throughput(config(True), url, data.questions, 8, 2)  # warm: the gateway's sessions and page cache
-        for call_tools in (True, False):
-            cfg = config(call_tools)
+        throughput(configs[True], url, data.questions, 8, 2)  # warm: the gateway's sessions and page cache
+        for call_tools, cfg in configs.items():
             for c in args.concurrency:
                 rate, latency = throughput(cfg, url, data.questions, c, args.tasks_per_slot)
                 ideal = c / ideal_latency
