@@ -20,6 +20,7 @@ from rollout.events import AnyEvent, CompletionEvent, ErrorEvent, EventLog, LLMO
 from rollout.logs import configure_ray_worker
 from rollout.mcp_client.session import backoff_delay
 from rollout.mcp_client.transport import is_transport_failure
+from rollout.quick_start import collect_less
 from rollout.records import Question, TaskResult, TaskStatus, ToolCallRecord, ToolResult, wire_task_id
 from rollout.run_folder import spec_name
 from rollout.wire import INFRA_OUTCOMES
@@ -109,6 +110,7 @@ class RolloutWorker:
         watch: bool = False,
     ):
         configure_ray_worker()  # a local Ray starts its workers without the setup hook (see rollout.run.ray_session)
+        collect_less()  # the actor's process is its own, as a command's is; its MCP client's imports come next
         self.worker_id = worker_id
         self.env_spec = env_spec
         self.agent: Agent = instantiate(agent_spec)

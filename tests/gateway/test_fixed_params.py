@@ -9,7 +9,7 @@ import pytest
 from mcp.client.client import Client
 
 from rollout.errors import ConfigError
-from rollout.gateway.__main__ import main
+from rollout.gateway.cli import main
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway.plan import plan_gateway
 from rollout.gateway.server import build_gateway

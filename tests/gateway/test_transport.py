@@ -99,7 +99,7 @@ def test_cli_serves_sse_with_a_token_and_timeout(tmp_path):
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_cli_rejects_a_non_positive_timeout(value, capsys):
-    from rollout.gateway.__main__ import main
+    from rollout.gateway.cli import main
 
     assert main(["--config", str(SPARSE_FILE), "--tool-timeout-s", value]) == 2
     assert "--tool-timeout-s must be positive" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import rollout.gateway.__main__ as gateway_module
+import rollout.gateway.cli as gateway_module
 from rollout.errors import RetrievalError
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.paths import PROJECT_ROOT

@@ -22,7 +22,7 @@ import yaml
 from envs.http_mcp_rag_env import HttpMCPRagEnv
 from rollout.errors import ConfigError
 from rollout.export.cli import main as export_main
-from rollout.gateway.__main__ import main as gateway_main
+from rollout.gateway.cli import main as gateway_main
 from rollout.gateway.knowledge import KnowledgeBase
 from rollout.gateway_file import GATEWAYS_DIR
 from rollout.paths import PROJECT_ROOT
