@@ -6,8 +6,8 @@ at its last run, and each time the survivors have grown by a quarter it walks ev
 imports, that is most of the time. A gateway spent 0.3 of its 1.7 CPU seconds to ready in the collector, a run's
 driver 14% of its own CPU. `collect_less()` raises that first threshold to `YOUNG_OBJECTS`: the collector still runs
 and frees every cycle, after 20,000 new objects instead of 700, which holds at most a few MB more garbage for a
-moment. Only the command-line entry points (and each Ray actor of a run) call it, as `rollout.quick_exit` is used:
-a program that imports rollout keeps its own collector settings.
+moment. Only the command-line entry points and a run's rollout actors (`rollout.run.worker`) call it: a program
+that imports rollout keeps its own collector settings.
 """
 
 from __future__ import annotations
