@@ -2,7 +2,8 @@
 
 Once a run has printed its summary and stopped Ray and its gateway, Python's own shutdown still takes about a
 second here: it tears down every module (Ray's, pandas', the MCP SDK's) and their objects one by one, and nothing the
-user waits for comes of it. `exit_with(main)` registers, before anything else does, an exit handler that runs last:
+user waits for comes of it. A gateway's took 0.75 s (0.6 CPU s) after its report was written, at the end of every
+run that launched it. `exit_with(main)` registers, before anything else does, an exit handler that runs last:
 it flushes the log and the standard streams and ends the process with `os._exit`, keeping the exit code. Every other
 exit handler (Ray's shutdown among them) has run by then. Only the command-line entry points use it; `main`
 functions called from Python (tests, scripts) exit as they always did.

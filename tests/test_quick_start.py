@@ -1,5 +1,6 @@
 """A command's process runs Python's garbage collector after `YOUNG_OBJECTS` new objects, set before the command's
-imports; a program that only imports rollout keeps its own collector settings."""
+imports, and ends without the interpreter's teardown (`rollout.quick_exit`); a program that only imports rollout
+keeps its own collector settings."""
 
 import gc
 import os
@@ -10,9 +11,11 @@ from rollout.paths import PROJECT_ROOT
 from rollout.quick_start import YOUNG_OBJECTS, collect_less
 
 # It prints the first threshold of a fresh process: Python's own, after importing what a program would, and
-# after `python -m rollout.gateway --help` (whose module raises it before importing the gateway).
+# after `python -m rollout.gateway --help` (whose module raises it before importing the gateway). An exit handler
+# registered before the command's quick exit would run after it: never, as the process ends at once.
 PROGRAM = """
-import gc, runpy, sys
+import atexit, gc, runpy, sys
+atexit.register(lambda: print("the interpreter's teardown ran", file=sys.stderr))
 print("threshold", gc.get_threshold()[0], file=sys.stderr)
 import rollout, rollout.cli, rollout.gateway.cli, rollout.run.driver, rollout.run.worker
 print("threshold", gc.get_threshold()[0], file=sys.stderr)
@@ -25,7 +28,7 @@ print("threshold", gc.get_threshold()[0], file=sys.stderr)
 """
 
 
-def test_only_the_entry_points_raise_the_threshold():
+def test_only_the_entry_points_raise_the_threshold_and_end_at_once():
     done = subprocess.run([sys.executable, "-c", PROGRAM], check=False, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     assert done.returncode == 0, done.stderr
@@ -33,6 +36,7 @@ def test_only_the_entry_points_raise_the_threshold():
                                    if line.startswith("threshold "))
     assert imported == python_s < YOUNG_OBJECTS
     assert gateway == YOUNG_OBJECTS
+    assert "teardown ran" not in done.stderr
 
 
 def test_the_older_thresholds_stay_and_a_higher_first_one_is_kept():

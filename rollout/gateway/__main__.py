@@ -1,11 +1,17 @@
 """`python -m rollout.gateway --config FILE ...` — see `rollout.gateway.cli`."""
 
-import sys
-
+from rollout.quick_exit import exit_with
 from rollout.quick_start import collect_less
 
-collect_less()  # before the command's imports (rollout.quick_start)
 
-from rollout.gateway.cli import main  # noqa: E402
+def _main() -> int:
+    # Imported once the collector's threshold is raised and the quick exit's handler registered, as `rollout gateway`
+    # does (rollout.cli): both forms of the command start and end alike.
+    from rollout.gateway.cli import main
 
-sys.exit(main())
+    return main()
+
+
+if __name__ == "__main__":
+    collect_less()
+    exit_with(_main)

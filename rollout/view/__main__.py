@@ -1,11 +1,17 @@
 """`python -m rollout.view RUN ...` — see `rollout.view.cli`."""
 
-import sys
-
+from rollout.quick_exit import exit_with
 from rollout.quick_start import collect_less
 
-collect_less()  # before the command's imports (rollout.quick_start)
 
-from rollout.view.cli import main  # noqa: E402
+def _main() -> int:
+    # Imported once the collector's threshold is raised and the quick exit's handler registered, as `rollout view`
+    # does (rollout.cli): both forms of the command start and end alike.
+    from rollout.view.cli import main
 
-sys.exit(main())
+    return main()
+
+
+if __name__ == "__main__":
+    collect_less()
+    exit_with(_main)
