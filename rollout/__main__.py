@@ -2,8 +2,7 @@
 
 import sys
 
-from rollout.quick_exit import exit_with
-from rollout.quick_start import collect_less
+from rollout.quick_start import run_command
 
 
 def _main() -> int:
@@ -15,5 +14,4 @@ def _main() -> int:
 
 # Guarded: a BM25 build's tokenizing workers (spawned) import this module again as __mp_main__.
 if __name__ == "__main__":
-    collect_less()
-    exit_with(_main)
+    run_command(_main)

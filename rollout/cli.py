@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from rollout.quick_exit import exit_with
-from rollout.quick_start import collect_less
+from rollout.quick_start import run_command
 
 
 def run_experiment(argv: list[str], prog: str | None = None) -> int:
@@ -177,10 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The `rollout` console script: `main`, with fewer garbage collections while it imports
-    (`rollout.quick_start`), then the process ends without the interpreter's teardown (`rollout.quick_exit`)."""
-    collect_less()
-    exit_with(main)
+    """The `rollout` console script: `main`, with fewer garbage collections while it imports, then the process ends
+    without the interpreter's teardown (`rollout.quick_start.run_command`)."""
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,6 @@
 """`python -m rollout.view RUN ...` — see `rollout.view.cli`."""
 
-from rollout.quick_exit import exit_with
-from rollout.quick_start import collect_less
-
-
-def _main() -> int:
-    # Imported once the collector's threshold is raised and the quick exit's handler registered, as `rollout view`
-    # does (rollout.cli): both forms of the command start and end alike.
-    from rollout.view.cli import main
-
-    return main()
-
+from rollout.quick_start import run_cli
 
 if __name__ == "__main__":
-    collect_less()
-    exit_with(_main)
+    run_cli("rollout.view.cli")
